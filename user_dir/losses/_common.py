@@ -1,0 +1,93 @@
+"""Input checks and reductions shared by every loss in this package.
+
+All losses take logits ``(N, V)`` and either integer targets ``(N,)`` or multi-hot labels ``(N, V)``.
+They compute in float32 (float64 when given float64, so ``gradcheck`` works) whatever the logits'
+dtype; autograd casts the gradient back to the input dtype.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+REDUCTIONS = ("sum", "mean", "none")
+
+
+class Rows(NamedTuple):
+    """Targets prepared for gathering: ignored rows point at class 0 and have ``valid`` False."""
+
+    target: Tensor
+    valid: Tensor
+
+
+def compute_dtype(tensor: Tensor) -> torch.dtype:
+    """float64 stays float64 (for gradcheck); every other float dtype is computed in float32."""
+    return torch.float64 if tensor.dtype == torch.float64 else torch.float32
+
+
+def check_reduction(reduction: str) -> None:
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+
+
+def check_range(name: str, value: float, low: float, high: float) -> None:
+    if not (low <= value <= high):
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
+
+
+def check_logits(logits: Tensor) -> None:
+    if logits.dim() != 2:
+        raise ValueError(f"logits must have shape (N, V), got {tuple(logits.shape)}")
+    if not logits.is_floating_point():
+        raise ValueError(f"logits must be a floating-point tensor, got {logits.dtype}")
+
+
+def prepare_rows(logits: Tensor, target: Tensor, ignore_index: int | None, reduction: str) -> Rows:
+    """Validate ``logits (N, V)`` / ``target (N,)`` and split off the ignored rows.
+
+    Ignored rows are handled here, before any top-k or softmax statistic, so that padding never
+    influences a loss; their target is replaced by 0 so that ``gather`` stays in range.
+    """
+    check_logits(logits)
+    check_reduction(reduction)
+    if target.dim() != 1 or target.shape[0] != logits.shape[0]:
+        raise ValueError(
+            f"target must have shape (N,) = ({logits.shape[0]},) to match logits {tuple(logits.shape)}, "
+            f"got {tuple(target.shape)}"
+        )
+    if target.dtype in (torch.bool,) or target.is_floating_point() or target.is_complex():
+        raise ValueError(f"target must be an integer tensor of class indices, got {target.dtype}")
+    target = target.long()
+    valid = target != ignore_index if ignore_index is not None else torch.ones_like(target, dtype=torch.bool)
+    safe = torch.where(valid, target, torch.zeros_like(target))
+    num_classes = logits.shape[1]
+    if valid.any() and bool(((safe < 0) | (safe >= num_classes)).any()):
+        bad = safe[(safe < 0) | (safe >= num_classes)][0].item()
+        raise ValueError(f"target contains class {bad}, outside [0, {num_classes}) (ignore_index={ignore_index})")
+    return Rows(safe, valid)
+
+
+def check_multilabel(logits: Tensor, labels: Tensor, reduction: str) -> Tensor:
+    """Validate multi-hot ``labels (N, V)`` and return them as a bool mask."""
+    check_logits(logits)
+    check_reduction(reduction)
+    if labels.shape != logits.shape:
+        raise ValueError(f"labels must have the shape of logits {tuple(logits.shape)}, got {tuple(labels.shape)}")
+    if labels.dtype != torch.bool:
+        if bool(((labels != 0) & (labels != 1)).any()):
+            raise ValueError("labels must be multi-hot: every entry 0 or 1")
+        labels = labels != 0
+    return labels
+
+
+def reduce_rows(row_loss: Tensor, valid: Tensor | None, reduction: str) -> Tensor:
+    """Zero the ignored rows, then reduce like ``F.cross_entropy`` (mean = over non-ignored rows)."""
+    if valid is not None:
+        row_loss = torch.where(valid, row_loss, torch.zeros_like(row_loss))
+    if reduction == "none":
+        return row_loss
+    if reduction == "sum":
+        return row_loss.sum()
+    count = valid.sum() if valid is not None else row_loss.new_tensor(row_loss.shape[0])
+    return row_loss.sum() / count
