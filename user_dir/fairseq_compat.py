@@ -1,0 +1,82 @@
+"""Fixes to fairseq behaviour the plugin depends on, applied once when fairseq imports the user dir.
+
+1. Checkpoints on torch >= 2.6. ``torch.load`` now defaults to ``weights_only=True``, which refuses
+   the argparse/omegaconf objects every fairseq checkpoint pickles ("Unsupported global"). fairseq
+   imports ``--user-dir`` before it loads any checkpoint, so we wrap its one loader,
+   ``checkpoint_utils.load_checkpoint_to_cpu``, to load with ``weights_only=False``: fairseq
+   checkpoints are pickles by design and the user names them with ``--path``/``--restore-file``.
+   Other ``torch.load`` calls keep torch's safe default.
+2. The silent drop of the last partial batch. ``data_utils.batch_by_size`` discards the final
+   batch when ``--required-batch-size-multiple`` (default 8) does not divide it, although its own
+   docstring allows a smaller last batch: a 30-line test set gives 24 hypotheses with
+   ``--batch-size 16``, and training loses the tail of every epoch. Batches are consecutive runs of
+   the ordered indices, so the dropped ones are exactly the tail; we put it back as a last batch.
+3. The update counter on models. fairseq passes the update number to ``model.set_num_updates`` at
+   every training step and after loading a checkpoint, but stores it nowhere; we keep it as
+   ``model.num_updates`` so criterions with schedules (AS-Softmax warm-up) read it with any task
+   and resume correctly.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+from fairseq import checkpoint_utils
+from fairseq.data import data_utils
+from fairseq.models import BaseFairseqModel
+
+_APPLIED = "_sparse_softmax_plugin_patched"
+
+
+def _load_checkpoint_with_pickles(load_checkpoint_to_cpu):
+    @functools.wraps(load_checkpoint_to_cpu)
+    def wrapper(*args, **kwargs):
+        safe_load = torch.load
+        torch.load = functools.partial(safe_load, weights_only=False)
+        try:
+            return load_checkpoint_to_cpu(*args, **kwargs)
+        finally:
+            torch.load = safe_load
+
+    return wrapper
+
+
+def _batch_by_size_keeping_tail(batch_by_size):
+    @functools.wraps(batch_by_size)
+    def wrapper(indices, *args, **kwargs):
+        if not isinstance(indices, np.ndarray):  # may be a one-shot iterator: materialise it once
+            indices = np.fromiter(indices, dtype=np.int64, count=-1)
+        batches = batch_by_size(indices, *args, **kwargs)
+        if kwargs.get("fixed_shapes") is not None:
+            return batches
+        batched = sum(len(b) for b in batches)
+        if batched < len(indices):
+            batches = list(batches) + [indices[batched:]]
+        return batches
+
+    return wrapper
+
+
+def _set_num_updates_recording(set_num_updates):
+    @functools.wraps(set_num_updates)
+    def wrapper(self, num_updates):
+        self.num_updates = num_updates
+        set_num_updates(self, num_updates)
+
+    return wrapper
+
+
+def apply() -> None:
+    """Install the three fixes; idempotent."""
+    if getattr(checkpoint_utils, _APPLIED, False):
+        return
+    checkpoint_utils.load_checkpoint_to_cpu = _load_checkpoint_with_pickles(checkpoint_utils.load_checkpoint_to_cpu)
+    data_utils.batch_by_size = _batch_by_size_keeping_tail(data_utils.batch_by_size)
+    BaseFairseqModel.set_num_updates = _set_num_updates_recording(BaseFairseqModel.set_num_updates)
+    setattr(checkpoint_utils, _APPLIED, True)
+
+
+def num_updates(model) -> int:
+    """The update number fairseq last passed to ``model.set_num_updates`` (0 before training)."""
+    return int(getattr(model, "num_updates", 0) or 0)
