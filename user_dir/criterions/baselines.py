@@ -18,6 +18,7 @@ from ..losses import (
     taylor_softmax_loss,
     temperature_softmax_loss,
 )
+from ..losses._common import compute_dtype
 from ..losses.taylor import GRADIENTS
 from .base import TokenLoss, TokenLossConfig, TokenLossCriterion
 
@@ -93,7 +94,8 @@ class AMSoftmaxCriterion(TokenLossCriterion):
         if scale is None:
             raise ValueError("--criterion am_softmax needs cosine logits: train with --arch cosine_transformer "
                              "(or cosine_transformer_tiny)")
-        loss = am_softmax_loss(logits / scale, target, self.margin, scale, self.padding_idx, reduction)
+        cosine = logits.to(compute_dtype(logits)) / scale  # divide after the float32 cast, not in bf16
+        loss = am_softmax_loss(cosine, target, self.margin, scale, self.padding_idx, reduction)
         return TokenLoss(loss)
 
 

@@ -30,6 +30,10 @@ class CosineTransformerModel(TransformerModel):
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
+        cls.add_own_args(parser)
+
+    @staticmethod
+    def add_own_args(parser):
         parser.add_argument("--cosine-scale", type=float, metavar="S",
                             help="logits are S·cos(features, output embedding); AM-softmax's scale s (default 30)")
 

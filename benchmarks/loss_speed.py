@@ -1,0 +1,149 @@
+#!/usr/bin/env python
+"""Forward+backward time and peak memory of sparse_softmax_loss / as_softmax_loss vs F.cross_entropy.
+
+Times are the minimum over ``--repeats`` runs, the three losses interleaved within each repeat so
+that machine noise hits them alike; ratios are against cross-entropy measured in the same run.
+Peak memory is what one forward+backward allocates beyond the logits, in units of one N×V float32
+buffer: on CUDA from the allocator's peak counter, on CPU from the peak resident set of a fresh
+subprocess per measurement (large tensors are mmap'ed, so RSS follows them).
+
+    python benchmarks/loss_speed.py                     # both default cases, table + PNG
+    python benchmarks/loss_speed.py --device cuda
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from user_dir.losses import as_softmax_loss, sparse_softmax_loss  # noqa: E402
+
+LOSSES = {
+    "cross_entropy": lambda z, t: F.cross_entropy(z, t, reduction="sum"),
+    "sparse_softmax(k=10)": lambda z, t: sparse_softmax_loss(z, t, 10),
+    "as_softmax(δ=0.3)": lambda z, t: as_softmax_loss(z, t, 0.3),
+}
+CASES = [(4096, 32000), (1024, 8000)]
+
+
+def make_inputs(n: int, v: int, device: str):
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(n, v, generator=g) * 2).to(device).requires_grad_(True)
+    return logits, torch.randint(0, v, (n,), generator=g).to(device)
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def step(name: str, logits, target) -> None:
+    logits.grad = None
+    LOSSES[name](logits, target).backward()
+
+
+def time_all(n: int, v: int, device: str, repeats: int) -> dict[str, float]:
+    logits, target = make_inputs(n, v, device)
+    best = {name: float("inf") for name in LOSSES}
+    for name in LOSSES:  # warm-up
+        step(name, logits, target)
+    for _ in range(repeats):
+        for name in LOSSES:
+            sync(device)
+            start = time.perf_counter()
+            step(name, logits, target)
+            sync(device)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def peak_extra_bytes(name: str, n: int, v: int, device: str) -> int:
+    """Bytes one forward+backward allocates beyond the inputs."""
+    logits, target = make_inputs(n, v, device)
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        step(name, logits, target)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    cmd = [sys.executable, __file__, "--_rss-probe", json.dumps([name, n, v])]
+    return int(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip())
+
+
+def rss_probe(name: str, n: int, v: int) -> None:
+    logits, target = make_inputs(n, v, "cpu")
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    step(name, logits, target)
+    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = sorted({r["case"] for r in rows}, key=lambda c: [r["case"] for r in rows].index(c))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    width = 0.8 / len(LOSSES)
+    for i, name in enumerate(LOSSES):
+        sel = [next(r for r in rows if r["case"] == c and r["loss"] == name) for c in cases]
+        xs = [j + i * width for j in range(len(cases))]
+        axes[0].bar(xs, [r["time_ratio"] for r in sel], width, label=name)
+        axes[1].bar(xs, [r["extra_buffers"] for r in sel], width, label=name)
+    for ax, title in zip(axes, ["fwd+bwd time / cross_entropy", "peak extra memory (N×V fp32 buffers)"]):
+        ax.set_xticks([j + width for j in range(len(cases))], cases)
+        ax.set_title(title)
+    axes[0].axhline(1.0, color="grey", lw=0.8, ls="--")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--cases", default=",".join(f"{n}x{v}" for n, v in CASES), help="NxV,NxV,...")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "loss_speed",
+                        help="writes OUT.md (table) and OUT.png (plot)")
+    parser.add_argument("--_rss-probe", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args._rss_probe:
+        rss_probe(*json.loads(args._rss_probe))
+        return
+    rows = []
+    for case in args.cases.split(","):
+        n, v = map(int, case.split("x"))
+        times = time_all(n, v, args.device, args.repeats)
+        buffer = n * v * 4
+        for name in LOSSES:
+            extra = peak_extra_bytes(name, n, v, args.device)
+            rows.append({"case": f"N={n} V={v}", "loss": name, "ms": times[name] * 1e3,
+                         "time_ratio": times[name] / times["cross_entropy"], "extra_buffers": extra / buffer})
+            r = rows[-1]
+            print(f"{r['case']:>16} {name:>22}: {r['ms']:8.1f} ms  {r['time_ratio']:5.2f}x CE  "
+                  f"peak +{r['extra_buffers']:.2f} N×V", flush=True)
+    device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    lines = [f"Device: {device}; torch {torch.__version__}; min of {args.repeats} fwd+bwd runs.", "",
+             "| case | loss | time (ms) | time / CE | peak extra memory (N×V fp32 buffers) |",
+             "|---|---|---:|---:|---:|"]
+    lines += [f"| {r['case']} | {r['loss']} | {r['ms']:.1f} | {r['time_ratio']:.2f} | {r['extra_buffers']:.2f} |" for r in rows]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    plot(rows, args.out.with_suffix(".png"))
+    print("\n".join(lines))
+    print(f"wrote {args.out.with_suffix('.md')} and {args.out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The main job end to end on the bundled toy corpus: set up -> prepare -> fairseq-train with
+# sparse_softmax -> fairseq-generate -> check and plot. Everything goes to ./demo (or $1).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="$(realpath -m "${1:-$root/demo}")"
+bash "$root/scripts/setup_env.sh"
+export PATH="$root/.venv/bin:$PATH"
+cd "$root"
+
+echo "== 1/4 prepare: toy corpus -> $out/raw, binarised -> $out/data-bin"
+python data-prep/make_toy_data.py "$out/raw"
+rm -rf "$out/data-bin"
+fairseq-preprocess --source-lang src --target-lang tgt --joined-dictionary --workers 2 \
+    --trainpref "$out/raw/train" --validpref "$out/raw/valid" --testpref "$out/raw/test" \
+    --destdir "$out/data-bin" 2>&1 | grep -E "sents|Wrote" || true
+
+echo "== 2/4 train: --criterion sparse_softmax --sparse-topk 10"
+rm -rf "$out/checkpoints"
+fairseq-train "$out/data-bin" --user-dir user_dir --cpu \
+    --arch transformer_tiny --share-all-embeddings --dropout 0.1 \
+    --criterion sparse_softmax --sparse-topk 10 \
+    --optimizer adam --lr 0.002 --lr-scheduler inverse_sqrt --warmup-updates 100 \
+    --max-tokens 4000 --max-update 600 --validate-interval-updates 150 \
+    --save-dir "$out/checkpoints" --no-epoch-checkpoints \
+    --log-format json --log-interval 20 2>&1 | tee "$out/train.log" | grep -E "\| (valid|train) \|" || true
+
+echo "== 3/4 generate: beam 5 on the test set"
+fairseq-generate "$out/data-bin" --user-dir user_dir --cpu --path "$out/checkpoints/checkpoint_best.pt" \
+    --beam 5 --batch-size 64 --gen-subset test > "$out/generate.txt"
+tail -n 1 "$out/generate.txt"
+
+echo "== 4/4 check and plot"
+expected=$(wc -l < "$out/raw/test.src")
+got=$(grep -c '^H-' "$out/generate.txt")
+[[ "$got" == "$expected" ]] || { echo "error: $got hypotheses for $expected test sentences" >&2; exit 1; }
+exact=$(paste <(grep '^H-' "$out/generate.txt" | sort -t- -k2 -n | cut -f3) \
+              <(grep '^T-' "$out/generate.txt" | sort -t- -k2 -n | cut -f2) | awk -F'\t' '$1==$2' | wc -l)
+echo "hypotheses: $got of $expected test sentences; exact matches: $exact"
+python scripts/plot_training_log.py "$out/train.log" --out "$out/loss_curve.png"

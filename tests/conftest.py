@@ -1,0 +1,60 @@
+"""Shared fixtures: a tiny toy corpus binarised once per session, and a runner for the real CLIs."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent  # the fairseq-* console scripts of the interpreter running the tests
+N_TEST = 30  # not a multiple of 8: fairseq's default --required-batch-size-multiple would drop lines
+
+
+def run_cli(*args: str, cwd: Path = ROOT, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = [str(BIN / args[0]), *map(str, args[1:])]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin must load checkpoints by itself
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+def json_logs(output: str | subprocess.CompletedProcess, tag: str) -> list[dict]:
+    """The ``--log-format json`` records of one kind ("train_inner", "valid", ...) in a CLI's output."""
+    if isinstance(output, subprocess.CompletedProcess):
+        output = output.stdout + output.stderr
+    records = []
+    for line in output.splitlines():
+        start = line.find("{")
+        if f"| {tag} |" in line and start >= 0:
+            records.append(json.loads(line[start:]))
+    return records
+
+
+@pytest.fixture(scope="session")
+def toy_data(tmp_path_factory) -> Path:
+    """Toy corpus (train 600 / valid 40 / test 30 lines), binarised with a joined dictionary."""
+    root = tmp_path_factory.mktemp("toy")
+    subprocess.run(
+        [sys.executable, str(ROOT / "data-prep" / "make_toy_data.py"), str(root / "raw"),
+         "--train", "600", "--valid", "40", "--test", str(N_TEST)],
+        check=True, capture_output=True,
+    )
+    run_cli(
+        "fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt",
+        "--trainpref", root / "raw/train", "--validpref", root / "raw/valid", "--testpref", root / "raw/test",
+        "--destdir", root / "bin", "--joined-dictionary", "--workers", "1",
+    )
+    return root / "bin"
+
+
+TRAIN_COMMON = (
+    "--user-dir", ROOT / "user_dir", "--cpu", "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "1500",
+    "--log-format", "json", "--log-interval", "1", "--seed", "3", "--no-epoch-checkpoints",
+    "--dropout", "0.0", "--num-workers", "0",
+)

@@ -1,0 +1,102 @@
+"""The fairseq fixes in user_dir.fairseq_compat, and the criterions on half-precision logits."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from fairseq.criterions import CRITERION_REGISTRY
+from fairseq.data import Dictionary, data_utils
+from fairseq.models import BaseFairseqModel
+
+import user_dir  # noqa: F401  (applies the fixes, registers the criterions)
+from user_dir.criterions.as_softmax import warmup_delta
+
+
+def _batches(fn, n=30, bsz=16, mult=8):
+    return fn(np.arange(n), num_tokens_fn=lambda i: 5, max_sentences=bsz, required_batch_size_multiple=mult)
+
+
+def test_batch_by_size_keeps_every_index_once():
+    batches = _batches(data_utils.batch_by_size)
+    assert sorted(int(i) for b in batches for i in b) == list(range(30))
+    assert all(len(b) % 8 == 0 for b in batches[:-1]), "all but the last batch keep the required multiple"
+
+
+def test_upstream_batch_by_size_still_drops_the_tail():
+    """If this fails, fairseq fixed the drop itself and the wrapper in fairseq_compat can go."""
+    assert sum(len(b) for b in _batches(data_utils.batch_by_size.__wrapped__)) == 24
+
+
+def test_batch_by_size_accepts_a_one_shot_iterator():
+    batches = data_utils.batch_by_size(iter(range(30)), num_tokens_fn=lambda i: 5, max_sentences=16,
+                                       required_batch_size_multiple=8)
+    assert sum(len(b) for b in batches) == 30
+
+
+def test_models_record_the_update_count():
+    model = BaseFairseqModel()
+    model.set_num_updates(17)
+    assert model.num_updates == 17
+
+
+@pytest.mark.parametrize("update, expected", [(0, 1.0), (29, 1.0), (30, 0.3), (99, 0.3)])
+def test_warmup_delta(update, expected):
+    assert warmup_delta(0.3, 0.3, 100, update) == expected
+
+
+class _Task:
+    def __init__(self, dictionary):
+        self.target_dictionary = self.source_dictionary = dictionary
+
+
+class _LogitsModel(torch.nn.Module):
+    """Stands in for a decoder: returns the given logits; fairseq criterions only call these two."""
+
+    def __init__(self, logits):
+        super().__init__()
+        self.logits = logits
+        self.decoder = torch.nn.Module()
+        self.decoder.cosine_scale = 10.0
+
+    def forward(self, **net_input):
+        return (self.logits,)
+
+    def get_targets(self, sample, net_output):
+        return sample["target"]
+
+
+CRITERION_ARGS = {
+    "sparse_softmax": dict(sparse_topk=4, label_smoothing=0.1),
+    "as_softmax": dict(as_delta=0.3, as_warmup_ratio=0.0, max_update=0),
+    "temperature_softmax": dict(softmax_temperature=0.8),
+    "soft_margin_softmax": dict(softmax_margin=0.3),
+    "am_softmax": dict(softmax_margin=0.2),
+    "taylor_softmax": dict(taylor_order=2, taylor_gradient="exact"),
+    "sm_taylor_softmax": dict(taylor_order=2, softmax_margin=0.2),
+    "sparsemax": {},
+    "entmax15": {},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CRITERION_ARGS))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_criterion_on_half_precision_logits(name, dtype):
+    d = Dictionary()
+    for i in range(20):
+        d.add_symbol(f"w{i}")
+    criterion = CRITERION_REGISTRY[name](_Task(d), sentence_avg=False, **CRITERION_ARGS[name])
+    g = torch.Generator().manual_seed(0)
+    logits = torch.tanh(torch.randn(2, 5, len(d), generator=g))
+    target = torch.randint(4, len(d), (2, 5), generator=g)
+    target[1, 3:] = d.pad()
+    sample = {"net_input": {}, "target": target, "ntokens": int((target != d.pad()).sum())}
+
+    half = logits.to(dtype).requires_grad_(True)
+    loss, sample_size, log = criterion(_LogitsModel(half), sample)
+    reference, _, ref_log = criterion(_LogitsModel(half.detach().float()), sample)
+    assert loss.dtype == torch.float32 and sample_size == 8
+    torch.testing.assert_close(loss, reference, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(log["nll_loss"], ref_log["nll_loss"], rtol=1e-5, atol=1e-5)
+    loss.backward()
+    assert half.grad.dtype == dtype and torch.isfinite(half.grad.float()).all()
+    assert half.grad[1, 3:].abs().sum() == 0, "padding positions get no gradient"

@@ -1,0 +1,44 @@
+"""Print the command-line options the plugin adds: ``python -m user_dir.help [NAME ...]``.
+
+``fairseq-train --criterion X --help`` cannot show them: fairseq prints help during its first
+argument pass, before it adds any criterion's or model's options (true of fairseq's own criterions
+too). This renders the same options through fairseq's own dataclass-to-argparse code.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fairseq.criterions import CRITERION_DATACLASS_REGISTRY
+from fairseq.dataclass.utils import gen_parser_from_dataclass
+from fairseq.models import MODEL_REGISTRY
+
+import user_dir  # noqa: F401  (registers everything below)
+from user_dir import criterions, models
+
+
+def plugin_parsers() -> dict[str, argparse.ArgumentParser]:
+    """One parser per plugin criterion / model, named as on the fairseq command line."""
+    parsers = {}
+    for name, dc in sorted(CRITERION_DATACLASS_REGISTRY.items()):
+        if dc.__module__.startswith(criterions.__name__):
+            parser = argparse.ArgumentParser(prog=f"--criterion {name}", add_help=False)
+            gen_parser_from_dataclass(parser, dc())
+            parsers[f"criterion {name}"] = parser
+    for name, cls in sorted(MODEL_REGISTRY.items()):
+        if cls.__module__.startswith(models.__name__):
+            parser = argparse.ArgumentParser(prog=f"--arch {name}", add_help=False)
+            cls.add_own_args(parser)  # what the plugin adds to the parent model's options
+            parsers[f"model {name}"] = parser
+    return parsers
+
+
+def main(argv: list[str] | None = None) -> None:
+    wanted = set(sys.argv[1:] if argv is None else argv)
+    for title, parser in plugin_parsers().items():
+        if not wanted or title.split()[-1] in wanted:
+            print(f"=== {title}")
+            print(parser.format_help())
+
+if __name__ == "__main__":
+    main()
