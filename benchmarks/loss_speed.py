@@ -4,8 +4,9 @@
 Times are the minimum over ``--repeats`` runs, the three losses interleaved within each repeat so
 that machine noise hits them alike; ratios are against cross-entropy measured in the same run.
 Peak memory is what one forward+backward allocates beyond the logits, in units of one N×V float32
-buffer: on CUDA from the allocator's peak counter, on CPU from the peak resident set of a fresh
-subprocess per measurement (large tensors are mmap'ed, so RSS follows them).
+buffer: on CUDA from the allocator's peak counter, on CPU by tracking every tensor storage the ops
+create (``PeakTensorMemory``). The logits are a leaf here, so each row includes the ``.grad`` buffer
+autograd accumulates into.
 
     python benchmarks/loss_speed.py                     # both default cases, table + PNG
     python benchmarks/loss_speed.py --device cuda
@@ -13,15 +14,15 @@ subprocess per measurement (large tensors are mmap'ed, so RSS follows them).
 from __future__ import annotations
 
 import argparse
-import json
-import resource
-import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from user_dir.losses import as_softmax_loss, sparse_softmax_loss  # noqa: E402
@@ -65,8 +66,32 @@ def time_all(n: int, v: int, device: str, repeats: int) -> dict[str, float]:
     return best
 
 
+class PeakTensorMemory(TorchDispatchMode):
+    """Peak bytes of tensor storage created while active (forward and backward ops alike).
+
+    Exact for tensors, unlike the process RSS, which allocator arenas and library pages dominate.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.live: dict[int, int] = {}
+        self.peak = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                key = storage.data_ptr()
+                if key and key not in self.live:
+                    self.live[key] = storage.nbytes()
+                    weakref.finalize(storage, self.live.pop, key, None)
+        self.peak = max(self.peak, sum(self.live.values()))
+        return out
+
+
 def peak_extra_bytes(name: str, n: int, v: int, device: str) -> int:
-    """Bytes one forward+backward allocates beyond the inputs."""
+    """Bytes one forward+backward allocates beyond the inputs, at its peak."""
     logits, target = make_inputs(n, v, device)
     if device == "cuda":
         torch.cuda.synchronize()
@@ -75,20 +100,17 @@ def peak_extra_bytes(name: str, n: int, v: int, device: str) -> int:
         step(name, logits, target)
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
-    cmd = [sys.executable, __file__, "--_rss-probe", json.dumps([name, n, v])]
-    return int(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip())
-
-
-def rss_probe(name: str, n: int, v: int) -> None:
-    logits, target = make_inputs(n, v, "cpu")
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    step(name, logits, target)
-    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)
+    with PeakTensorMemory() as tracker:
+        step(name, logits, target)
+    return tracker.peak
 
 
 def plot(rows: list[dict], path: Path) -> None:
+    import logging
+
     import matplotlib
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -116,11 +138,7 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(f"{n}x{v}" for n, v in CASES), help="NxV,NxV,...")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "loss_speed",
                         help="writes OUT.md (table) and OUT.png (plot)")
-    parser.add_argument("--_rss-probe", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args._rss_probe:
-        rss_probe(*json.loads(args._rss_probe))
-        return
     rows = []
     for case in args.cases.split(","):
         n, v = map(int, case.split("x"))

@@ -21,7 +21,7 @@ fairseq-train "$out/data-bin" --user-dir user_dir --cpu \
     --arch transformer_tiny --share-all-embeddings --dropout 0.1 \
     --criterion sparse_softmax --sparse-topk 10 \
     --optimizer adam --lr 0.002 --lr-scheduler inverse_sqrt --warmup-updates 100 \
-    --max-tokens 4000 --max-update 600 --validate-interval-updates 150 \
+    --max-tokens 4000 --max-update 600 \
     --save-dir "$out/checkpoints" --no-epoch-checkpoints \
     --log-format json --log-interval 20 2>&1 | tee "$out/train.log" | grep -E "\| (valid|train) \|" || true
 
