@@ -98,8 +98,7 @@ def test_two_process_data_parallel_training_on_cpu(toy_data, tmp_path):
     assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     logs = json_logs(outputs[0], "train_inner")
     assert [int(r["num_updates"]) for r in logs] == list(range(1, 7))
-    # Each worker sees half of every update: the logged batch holds both halves' sentences.
-    assert "distributed init (rank 1)" in outputs[1] or "rank 1" in outputs[0] + outputs[1]
+    assert "distributed init (rank 1)" in outputs[1], "the second process must have joined the group"
 
 
 def test_plugin_help_documents_every_option():
