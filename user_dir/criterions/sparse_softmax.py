@@ -13,7 +13,8 @@ class SparseSoftmaxConfig(TokenLossConfig):
     sparse_topk: int = field(
         default=10,
         metadata={"help": "normalise the softmax over the k largest logits only (SPACES default 10); "
-                  "the target is not added to the support when it falls outside the top k"},
+                  "the target is not added to the support when it falls outside the top k; "
+                  "k >= vocabulary size is plain softmax"},
     )
     label_smoothing: float = field(
         default=0.0,
@@ -32,6 +33,6 @@ class SparseSoftmaxCriterion(TokenLossCriterion):
         self.eps = label_smoothing
 
     def token_loss(self, logits, target, model, reduction):
-        k = min(self.k, logits.size(-1))
+        k = min(self.k, logits.size(-1))  # top-V of V classes is the full softmax, exactly
         loss = sparse_softmax_loss(logits, target, k, self.padding_idx, reduction, self.eps)
         return TokenLoss(loss)
