@@ -56,7 +56,7 @@ def prepare_rows(logits: Tensor, target: Tensor, ignore_index: int | None, reduc
             f"target must have shape (N,) = ({logits.shape[0]},) to match logits {tuple(logits.shape)}, "
             f"got {tuple(target.shape)}"
         )
-    if target.dtype in (torch.bool,) or target.is_floating_point() or target.is_complex():
+    if target.dtype == torch.bool or target.is_floating_point() or target.is_complex():
         raise ValueError(f"target must be an integer tensor of class indices, got {target.dtype}")
     target = target.long()
     valid = target != ignore_index if ignore_index is not None else torch.ones_like(target, dtype=torch.bool)

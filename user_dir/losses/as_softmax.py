@@ -64,11 +64,7 @@ class _ASSoftmax(torch.autograd.Function):
                 g = p.div_(kept_mass)
                 g.scatter_add_(1, t, torch.full_like(log_p_t, -1.0))
                 grad[start:end] = g.mul_(weight[start:end, None])
-        w = weight.to(dtype)
-        if per_row:
-            loss = row_loss * w
-        else:
-            loss = (row_loss * w).sum()
+        loss = row_loss * weight if per_row else (row_loss * weight).sum()
         ctx.per_row = per_row
         ctx.save_for_backward(grad)
         ctx.mark_non_differentiable(masked, nll)
