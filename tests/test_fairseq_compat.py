@@ -7,6 +7,7 @@ import torch
 from fairseq.criterions import CRITERION_REGISTRY
 from fairseq.data import Dictionary, data_utils
 from fairseq.models import BaseFairseqModel
+from fairseq.ngram_repeat_block import NGramRepeatBlock
 
 import user_dir  # noqa: F401  (applies the fixes, registers the criterions)
 from user_dir.criterions.as_softmax import warmup_delta
@@ -31,6 +32,23 @@ def test_batch_by_size_accepts_a_one_shot_iterator():
     batches = data_utils.batch_by_size(iter(range(30)), num_tokens_fn=lambda i: 5, max_sentences=16,
                                        required_batch_size_multiple=8)
     assert sum(len(b) for b in batches) == 30
+
+
+def _blocked_after_repeat(no_repeat_ngram) -> list[int]:
+    """Tokens banned at step 3 of "</s> 5 6 5" in the generator's padded buffer, size-2 blocking."""
+    tokens = torch.tensor([[2, 5, 6, 5] + [1] * 6])  # </s> start, generated 5 6 5, then padding
+    lprobs = torch.zeros(1, 8)
+    no_repeat_ngram(NGramRepeatBlock(2, use_extension=False), tokens, lprobs, 1, 1, 3)
+    return (lprobs[0] == -float("inf")).nonzero().flatten().tolist()
+
+
+def test_no_repeat_ngram_blocks_on_the_generated_tokens():
+    assert _blocked_after_repeat(NGramRepeatBlock._no_repeat_ngram) == [6]  # "5 6" already occurred
+
+
+def test_upstream_no_repeat_ngram_still_reads_the_padding():
+    """If this fails, fairseq fixed issue #4709 itself and the wrapper in fairseq_compat can go."""
+    assert _blocked_after_repeat(NGramRepeatBlock._no_repeat_ngram.__wrapped__) == []
 
 
 def test_models_record_the_update_count():

@@ -1,7 +1,7 @@
 """Sparse-softmax and AS-Softmax for fairseq: ``--user-dir user_dir``.
 
 ``user_dir.losses`` is plain PyTorch and needs no fairseq. Importing the package also registers the
-criterions and models with fairseq and applies the fixes in ``fairseq_compat`` when fairseq is
+criterions, models and tasks with fairseq and applies the fixes in ``fairseq_compat`` when fairseq is
 installed (fairseq imports the user dir before it builds anything or loads a checkpoint).
 """
 from importlib.util import find_spec
@@ -10,4 +10,4 @@ if find_spec("fairseq") is not None:
     from . import fairseq_compat
 
     fairseq_compat.apply()
-    from . import criterions, models  # noqa: F401,E402
+    from . import criterions, models, tasks  # noqa: F401,E402

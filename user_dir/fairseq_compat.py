@@ -25,6 +25,7 @@ import torch
 from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 from fairseq.models import BaseFairseqModel
+from fairseq.ngram_repeat_block import NGramRepeatBlock
 
 _APPLIED = "_sparse_softmax_plugin_patched"
 
@@ -67,13 +68,22 @@ def _set_num_updates_recording(set_num_updates):
     return wrapper
 
 
+def _no_repeat_ngram_on_generated(no_repeat_ngram):
+    @functools.wraps(no_repeat_ngram)
+    def wrapper(self, tokens, lprobs, bsz: int, beam_size: int, step: int):
+        return no_repeat_ngram(self, tokens[:, : step + 1], lprobs, bsz, beam_size, step)
+
+    return wrapper
+
+
 def apply() -> None:
-    """Install the three fixes; idempotent."""
+    """Install the fixes; idempotent."""
     if getattr(checkpoint_utils, _APPLIED, False):
         return
     checkpoint_utils.load_checkpoint_to_cpu = _load_checkpoint_with_pickles(checkpoint_utils.load_checkpoint_to_cpu)
     data_utils.batch_by_size = _batch_by_size_keeping_tail(data_utils.batch_by_size)
     BaseFairseqModel.set_num_updates = _set_num_updates_recording(BaseFairseqModel.set_num_updates)
+    NGramRepeatBlock._no_repeat_ngram = _no_repeat_ngram_on_generated(NGramRepeatBlock._no_repeat_ngram)
     setattr(checkpoint_utils, _APPLIED, True)
 
 

@@ -1,0 +1,322 @@
+"""Masked decoding: the pure functions against brute force, and the fairseq search on a scripted decoder.
+
+The scripted-decoder cases give the decoder's distribution after every prefix; each expected
+hypothesis and score below is worked out by hand from those numbers in the comments.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import zlib
+from argparse import Namespace
+
+import pytest
+import torch
+
+pytest.importorskip("fairseq")
+
+import scripted_model  # noqa: E402
+from user_dir.masked_decoding import restrict, source_vocab_mask, support  # noqa: E402
+from user_dir.tasks.sparse_seq2seq import SparseSeq2SeqConfig, SparseSeq2SeqTask  # noqa: E402
+
+NEG_INF = -math.inf
+
+
+# ---------------------------------------------------------------- pure functions vs brute force
+
+
+def _brute_support(lp: list[float], k: int, allowed: list[bool] | None) -> tuple[set[int], float]:
+    ok = [i for i in range(len(lp)) if allowed is None or allowed[i]]
+    ranked = sorted(ok, key=lambda i: -lp[i])
+    kept = ranked if k == 0 else ranked[:k]
+    mass = sum(math.exp(lp[i]) for i in kept)
+    return set(kept), math.log(mass)
+
+
+@pytest.mark.parametrize("k", [0, 1, 3, 7])
+@pytest.mark.parametrize("with_allowed", [False, True])
+def test_support_matches_brute_force(k, with_allowed):
+    torch.manual_seed(k)
+    lp = torch.randn(4, 3, 9, dtype=torch.float64).log_softmax(-1)
+    allowed = torch.rand(4, 1, 9) < 0.5 if with_allowed else None
+    if allowed is not None:
+        allowed[..., 2] = True  # EOS, as the task always allows it
+    got = support(lp, k, allowed)
+    if allowed is None and k == 0:
+        assert got is None
+        return
+    for b, r in itertools.product(range(4), range(3)):
+        row_allowed = None if allowed is None else allowed[b, 0].tolist()
+        kept, log_mass = _brute_support(lp[b, r].tolist(), k, row_allowed)
+        assert set(got.keep[b, r].nonzero().flatten().tolist()) == kept
+        assert got.log_mass[b, r, 0].item() == pytest.approx(log_mass, abs=1e-12)
+
+
+def test_support_is_none_when_nothing_is_masked():
+    lp = torch.randn(2, 5).log_softmax(-1)
+    assert support(lp, 5) is None and support(lp, 50) is None
+    with pytest.raises(ValueError, match="k must be >= 0"):
+        support(lp, -1)
+
+
+def test_restrict_renormalises_kept_and_respects_generator_edits():
+    lp = torch.tensor([[math.log(0.5), math.log(0.3), math.log(0.2)]], dtype=torch.float64)
+    kept = support(lp, 2)
+    edited = lp.clone()
+    edited[0, 1] = NEG_INF  # the generator forbade token 1 (e.g. n-gram blocking)
+    for fill in (NEG_INF, -1e4):
+        out = restrict(edited, kept, fill=fill)
+        assert out[0, 0].item() == pytest.approx(math.log(0.5 / 0.8))  # mass of the top 2 stays 0.8
+        assert out[0, 1].item() == NEG_INF  # a generator -inf is never filled
+        assert out[0, 2].item() == fill  # masked
+
+
+def test_restrict_rescues_rows_the_generator_emptied():
+    # top-1 keeps token 0; the generator then allows only token 2 (EOS at the maximum length)
+    lp = torch.tensor([[math.log(0.7), math.log(0.2), math.log(0.1)]])
+    edited = torch.full_like(lp, NEG_INF)
+    edited[0, 2] = lp[0, 2]
+    out = restrict(edited, support(lp, 1))
+    assert out[0, 2].item() == pytest.approx(math.log(0.1 / 0.7))
+    assert out[0, :2].tolist() == [NEG_INF, NEG_INF]
+    # with an allowed mask the rescue prefers allowed tokens, then falls back on any the generator left
+    edited[0, 1] = lp[0, 1]
+    allowed = torch.tensor([[True, False, True]])
+    out = restrict(edited, support(lp, 1, allowed), allowed)
+    assert out[0, 1].item() == NEG_INF and out[0, 2].item() == pytest.approx(math.log(0.1 / 0.7))
+    allowed = torch.tensor([[True, False, False]])
+    out = restrict(edited, support(lp, 1, allowed), allowed)
+    assert out[0, 1].item() == pytest.approx(math.log(0.2 / 0.7))
+
+
+def test_source_vocab_mask():
+    src = torch.tensor([[1, 1, 5, 4, 2], [6, 6, 6, 4, 2]])  # pad=1, eos=2
+    got = source_vocab_mask(src, 8, pad=1, always_allowed=[2, 7])
+    want = torch.zeros(2, 8, dtype=torch.bool)
+    want[0, [2, 4, 5, 7]] = True
+    want[1, [2, 4, 6, 7]] = True
+    assert torch.equal(got, want)
+    # separate dictionaries: source id 5 has no target symbol (mapped to pad), 4 -> 3, 6 -> 5
+    src_to_tgt = torch.tensor([0, 1, 2, 3, 3, 1, 5])
+    got = source_vocab_mask(src[:, 2:], 8, pad=1, always_allowed=[2], src_to_tgt=src_to_tgt)
+    assert got[0].nonzero().flatten().tolist() == [2, 3]
+    assert got[1].nonzero().flatten().tolist() == [2, 3, 5]
+
+
+# ---------------------------------------------------------------- the search on a scripted decoder
+
+D = scripted_model.dictionary()
+V = len(D)
+
+
+def _task(**options) -> SparseSeq2SeqTask:
+    return SparseSeq2SeqTask(SparseSeq2SeqConfig(**options), D, D)
+
+
+def _decode(script, sources, task_options=None, prefix=None, **generation):
+    """[[(symbols, positional scores, score), ...best first] per source]."""
+    task = _task(**(task_options or {}))
+    model = scripted_model.model(D, script)
+    args = Namespace(**{"beam": 2, "unnormalized": True, "max_len_b": 10, **generation})
+    generator = task.build_generator([model], args)
+    hypos = task.inference_step(generator, [model], scripted_model.sample(D, sources), prefix_tokens=prefix)
+    return [
+        [(tuple(D[t] for t in h["tokens"].tolist()), h["positional_scores"].tolist(), h["score"].item()) for h in hs]
+        for hs in hypos
+    ]
+
+
+def _ranking_script(src, prefix):
+    return {
+        (): {"a": 0.5, "b": 0.4, "c": 0.1},
+        ("a",): {"</s>": 0.32, "c": 0.30, "d": 0.28, "e": 0.10},
+        ("b",): {"</s>": 0.45, "c": 0.44, "f": 0.11},
+    }.get(prefix, {"</s>": 1.0})
+
+
+def test_plain_beam_on_the_ranking_script():
+    # beam 2: step 0 keeps a (.5), b (.4). Step 1 candidates: b</s> .18, bc .176, a</s> .16, ac .15;
+    # b</s> is finalised, bc and ac go on and end with </s> (p=1): bc</s> .176 completes the beam.
+    (hyps,) = _decode(_ranking_script, ["a"])
+    assert [h[0] for h in hyps] == [("b", "</s>"), ("b", "c", "</s>")]
+    assert hyps[0][1] == pytest.approx([math.log(0.4), math.log(0.45)], abs=1e-6)
+    assert hyps[0][2] == pytest.approx(math.log(0.18), abs=1e-6)
+
+
+def test_topk_renormalisation_changes_the_ranking():
+    # K=2: step 0 keeps {a, b} (mass .9). After a the top 2 are {</s> .32, c .30} (mass .62), after b
+    # {</s> .45, c .44} (mass .89): a</s> = .5/.9*.32/.62 = .2867 beats b</s> = .4/.9*.45/.89 = .2247.
+    # Candidates a</s>, ac (.2688), b</s>, bc: a</s> is finalised, ac</s> (p=1 after ac) completes the beam.
+    (hyps,) = _decode(_ranking_script, ["a"], {"decoding_topk": 2})
+    assert [h[0] for h in hyps] == [("a", "</s>"), ("a", "c", "</s>")]
+    assert hyps[0][1] == pytest.approx([math.log(0.5 / 0.9), math.log(0.32 / 0.62)], abs=1e-6)
+    assert hyps[1][1] == pytest.approx([math.log(0.5 / 0.9), math.log(0.30 / 0.62), 0.0], abs=1e-6)
+    assert hyps[0][2] == pytest.approx(math.log(0.5 / 0.9 * 0.32 / 0.62), abs=1e-6)
+
+
+def _random_script(src, prefix):
+    """A fixed random distribution per (source, prefix); longer prefixes end more often."""
+    seed = zlib.crc32(repr((src, prefix)).encode())
+    logits = torch.randn(V, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    logits[D.eos()] += len(prefix) - 2
+    logits[[D.bos(), D.pad()]] = -math.inf
+    return {D[i]: p for i, p in enumerate(logits.softmax(-1).tolist()) if p > 0}
+
+
+def test_topk_at_least_vocab_is_plain_beam_search_exactly():
+    sources = ["a b c", "d e", "f"]
+    for options in ({"beam": 3, "nbest": 3}, {"beam": 5, "lenpen": 1.3, "unnormalized": False}):
+        plain = _decode(_random_script, sources, **options)
+        for k in (V, V + 7):
+            assert _decode(_random_script, sources, {"decoding_topk": k}, **options) == plain
+        assert _decode(_random_script, sources, {"decoding_topk": 3}, **options) != plain
+
+
+def _source_script(src, prefix):
+    return {
+        (): {"a": 0.6, "b": 0.3, "c": 0.1},
+        ("b",): {"</s>": 0.5, "a": 0.4, "c": 0.1},
+    }.get(prefix, {"</s>": 1.0})
+
+
+def test_source_vocab_mask_restricts_and_renormalises():
+    # source "b c": allowed {b, c, </s>}. Step 0 renormalises over {b .3, c .1}: b .75, c .25.
+    # After b: allowed {</s> .5, c .1} (a is not in the source): b</s> = .75*.5/.6 = .625, bc = .125;
+    # after c: </s> = 1, c</s> = .25. Beam 2 finalises b</s> and c</s>.
+    (hyps,) = _decode(_source_script, ["b c"], {"source_vocab_mask": True})
+    assert [h[0] for h in hyps] == [("b", "</s>"), ("c", "</s>")]
+    assert [h[2] for h in hyps] == pytest.approx([math.log(0.625), math.log(0.25)], abs=1e-6)
+    # plain beam search prefers a, which is not in the source
+    assert _decode(_source_script, ["b c"])[0][0][0][0] == "a"
+    # --source-vocab-allow a: a is always allowed; after b the mass of {</s>, a, c} is 1
+    (hyps,) = _decode(_source_script, ["b c"], {"source_vocab_mask": True, "source_vocab_allow": "a"})
+    assert hyps[0][0] == ("a", "</s>")
+
+
+def test_source_vocab_mask_with_topk():
+    # K=1 within the source "b c": b (1.0), then the top 1 of {</s> .5, c .1} is </s> (1.0)
+    (hyps,) = _decode(_source_script, ["b c"], {"source_vocab_mask": True, "decoding_topk": 1}, beam=1)
+    assert hyps == [(("b", "</s>"), [0.0, 0.0], 0.0)]
+
+
+def test_source_mask_follows_sentences_through_a_batch():
+    def script(src, prefix):  # every source prefers tokens it does not contain; no </s> before its length
+        probs = {s: (i + 1) * (0.05 if s in src else 0.2) for i, s in enumerate(scripted_model.SYMBOLS)}
+        probs["</s>"] = 0.0
+        probs = {s: p / sum(probs.values()) for s, p in probs.items()}
+        if len(prefix) >= len(src):
+            probs = {"</s>": 0.5, **{s: p / 2 for s, p in probs.items() if s != "</s>"}}
+        return probs
+
+    sources = ["a", "b c d", "e f", "c"]
+    options = {"source_vocab_mask": True}
+    batched = _decode(script, sources, options, beam=3, nbest=3)
+    assert batched == [_decode(script, [s], options, beam=3, nbest=3)[0] for s in sources]
+    for src, hyps in zip(sources, batched):
+        assert len(hyps) == 3
+        for symbols, _, _ in hyps:
+            assert set(symbols) <= set(src.split()) | {"</s>"}, (src, symbols)
+
+
+def test_eos_forced_at_max_length_stays_finite():
+    # every prefix: a .9, b .09, </s> .01. K=1 keeps only a (renormalised to 1), so the hypothesis
+    # cannot end until the maximum length (2) forces </s>, scored on the same scale: log(.01/.9).
+    def script(src, prefix):
+        return {"a": 0.9, "b": 0.09, "</s>": 0.01}
+
+    for fill in (NEG_INF, -1e4):
+        hyps = _decode(script, ["a"], {"decoding_topk": 1, "decoding_mask_fill": fill}, beam=1, max_len_b=2)
+        assert hyps == [[(("a", "a", "</s>"), pytest.approx([0.0, 0.0, math.log(0.01 / 0.9)], abs=1e-6),
+                          pytest.approx(math.log(0.01 / 0.9), abs=1e-6))]]
+
+
+def test_fewer_kept_tokens_than_candidates():
+    # K=1 with beam 2: the beam draws 4 candidates per step but only one is kept. With -inf fill the
+    # extra beams are dead and never finalised: one hypothesis comes out ("a a </s>", </s> forced at
+    # length 2). A finite fill lets the beam fall back on masked tokens: two hypotheses.
+    def script(src, prefix):
+        return {"a": 0.6, "b": 0.3, "</s>": 0.1}
+
+    (hyps,) = _decode(script, ["a"], {"decoding_topk": 1}, beam=2, nbest=2, max_len_b=2)
+    assert [h[0] for h in hyps] == [("a", "a", "</s>")]
+    assert hyps[0][2] == pytest.approx(math.log(0.1 / 0.6), abs=1e-6)
+    (hyps,) = _decode(script, ["a"], {"decoding_topk": 1, "decoding_mask_fill": -1e4}, beam=2, nbest=2, max_len_b=2)
+    assert len(hyps) == 2 and hyps[0][0] == ("a", "a", "</s>") and hyps[1][2] < -1e4 + 1
+
+
+def test_no_repeat_ngram_blocking_the_kept_token():
+    # K=1 keeps a (.9 -> 1). After "a a", --no-repeat-ngram-size 2 blocks a: the row falls back on what
+    # the generator leaves, on the renormalised scale: b (.06/.9); after "a a b", </s> has p=1.
+    def script(src, prefix):
+        return {("a", "a", "b"): {"</s>": 1.0}}.get(prefix, {"a": 0.9, "b": 0.06, "</s>": 0.04})
+
+    (hyps,) = _decode(script, ["a"], {"decoding_topk": 1}, beam=1, no_repeat_ngram_size=2)
+    assert hyps[0][0] == ("a", "a", "b", "</s>")
+    assert hyps[0][1] == pytest.approx([0.0, 0.0, math.log(0.06 / 0.9), 0.0], abs=1e-6)
+
+
+def test_min_len_and_unkpen_act_on_the_masked_distribution():
+    # K=2 at step 0 keeps {</s> .5, <unk> .3} (mass .8). --min-len 1 forbids </s>; --unkpen 1 lowers
+    # <unk> to log(.3/.8) - 1, still the only kept token; after it </s> has p=1.
+    def script(src, prefix):
+        return {(): {"</s>": 0.5, "<unk>": 0.3, "a": 0.2}}.get(prefix, {"</s>": 1.0})
+
+    (hyps,) = _decode(script, ["a"], {"decoding_topk": 2}, beam=1, unkpen=1.0)
+    assert hyps[0][0] == ("<unk>", "</s>")
+    assert hyps[0][1] == pytest.approx([math.log(0.3 / 0.8) - 1, 0.0], abs=1e-6)
+
+
+def test_prefix_tokens_outside_the_mask_are_forced():
+    # source "b": allowed {b, </s>}; the prefix forces a (not in the source, not in the top 1).
+    # Step 0 scores a on the masked scale: log(.6 / .3) (kept: b .3); then b (only allowed, mass .3 -> 1).
+    def script(src, prefix):
+        return {(): {"a": 0.6, "b": 0.3, "c": 0.1}, ("a",): {"b": 0.3, "c": 0.7}}.get(prefix, {"</s>": 1.0})
+
+    prefix = torch.tensor([[D.index("a")]])
+    (hyps,) = _decode(script, ["b"], {"source_vocab_mask": True, "decoding_topk": 1}, prefix=prefix, beam=1)
+    assert hyps[0][0] == ("a", "b", "</s>")
+    assert hyps[0][1] == pytest.approx([math.log(0.6 / 0.3), 0.0, 0.0], abs=1e-6)
+
+
+def test_empty_source_with_min_len():
+    # source "": only </s> is allowed, but --min-len 1 forbids it at step 0; the constraint wins and
+    # the step is taken over all tokens (best: c .7, renormalised by the kept mass, p(</s>) = .1).
+    def script(src, prefix):
+        return {(): {"</s>": 0.1, "c": 0.7, "d": 0.2}}.get(prefix, {"</s>": 0.4, "c": 0.6})
+
+    (hyps,) = _decode(script, [""], {"source_vocab_mask": True}, beam=1)
+    assert hyps[0][0] == ("c", "</s>")
+    assert hyps[0][1] == pytest.approx([math.log(0.7 / 0.1), 0.0], abs=1e-6)
+
+
+@pytest.mark.parametrize("generation, flag", [
+    ({"sampling": True}, "--sampling"),
+    ({"diverse_beam_groups": 2}, "--diverse-beam-groups"),
+    ({"diversity_rate": 0.5}, "--diversity-rate"),
+    ({"match_source_len": True}, "--match-source-len"),
+    ({"constraints": "ordered"}, "--constraints"),
+    ({"score_reference": True}, "--score-reference"),
+])
+def test_other_search_strategies_are_refused(generation, flag):
+    model = scripted_model.model(D, _ranking_script)
+    with pytest.raises(ValueError, match=flag):
+        _task(decoding_topk=5).build_generator([model], Namespace(beam=2, **generation))
+    _task().build_generator([model], Namespace(beam=2, **generation))  # without masking: fairseq's own
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"decoding_topk": -1}, "--decoding-topk"),
+    ({"decoding_mask_fill": 0.0}, "--decoding-mask-fill"),
+    ({"source_vocab_allow": "a zz"}, "--source-vocab-allow.*zz"),
+])
+def test_bad_options(options, message):
+    with pytest.raises(ValueError, match=message):
+        _task(**options)
+
+
+def test_a_generator_without_the_batch_mask_is_refused():
+    task = _task(source_vocab_mask=True)
+    model = scripted_model.model(D, _source_script)
+    generator = task.build_generator([model], Namespace(beam=2))
+    with pytest.raises(RuntimeError, match="no source mask was set"):
+        generator.generate([model], scripted_model.sample(D, ["b"]))

@@ -1,0 +1,114 @@
+"""``--task sparse_seq2seq``: fairseq's translation task plus masked decoding.
+
+Training and data are exactly ``--task translation`` (``fairseq-preprocess`` output, same
+options). At generation time ``--decoding-topk K`` and ``--source-vocab-mask`` replace the beam
+search by ``user_dir.search.MaskedBeamSearch``; a checkpoint trained with ``--task translation``
+can be decoded with this task too.
+"""
+import math
+from dataclasses import dataclass, field
+
+import torch
+from fairseq.tasks import register_task
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+from ..masked_decoding import source_vocab_mask
+from ..search import MaskedBeamSearch, install
+
+
+@dataclass
+class SparseSeq2SeqConfig(TranslationConfig):
+    decoding_topk: int = field(
+        default=0,
+        metadata={
+            "help": "masked decoding: before each beam step keep only the K most probable next tokens "
+            "and renormalise over them (Sparse-softmax decodes beam 5 with K=5); 0 = off. The mask is "
+            "taken on the model's distribution before --min-len/--max-len/--prefix-size/"
+            "--no-repeat-ngram-size/--unkpen act; K >= vocabulary size is plain beam search"
+        },
+    )
+    source_vocab_mask: bool = field(
+        default=False,
+        metadata={
+            "help": "only generate tokens that occur in the sentence's source, plus EOS and "
+            "--source-vocab-allow; the distribution is renormalised over them (with --decoding-topk: "
+            "the top K among them)"
+        },
+    )
+    source_vocab_allow: str = field(
+        default="",
+        metadata={
+            "help": "space-separated target-dictionary symbols that --source-vocab-mask always allows "
+            "besides EOS (e.g. punctuation or 'UNK' for Gigaword)"
+        },
+    )
+    decoding_mask_fill: float = field(
+        default=-math.inf,
+        metadata={
+            "help": "score of masked tokens: -inf (default) never generates them; a large negative "
+            "number (e.g. -1e4) lets the beam fall back on them when fewer than 2 x beam tokens are kept"
+        },
+    )
+
+
+@register_task("sparse_seq2seq", dataclass=SparseSeq2SeqConfig)
+class SparseSeq2SeqTask(TranslationTask):
+    cfg: SparseSeq2SeqConfig
+
+    def __init__(self, cfg: SparseSeq2SeqConfig, src_dict, tgt_dict):
+        super().__init__(cfg, src_dict, tgt_dict)
+        if cfg.decoding_topk < 0:
+            raise ValueError(f"--decoding-topk must be >= 0 (0 = off), got {cfg.decoding_topk}")
+        if not cfg.decoding_mask_fill < 0:
+            raise ValueError(f"--decoding-mask-fill must be negative or -inf, got {cfg.decoding_mask_fill}")
+        missing = [s for s in cfg.source_vocab_allow.split() if s not in tgt_dict.indices]
+        if missing:
+            raise ValueError(f"--source-vocab-allow: not in the target dictionary: {' '.join(missing)}")
+        self.always_allowed = [tgt_dict.eos()] + [tgt_dict.index(s) for s in cfg.source_vocab_allow.split()]
+        self.src_to_tgt = None  # source id -> target id; None when the dictionaries are the same
+        if src_dict.symbols != tgt_dict.symbols:
+            self.src_to_tgt = torch.tensor([tgt_dict.indices.get(s, tgt_dict.pad()) for s in src_dict.symbols])
+
+    @property
+    def masked_decoding(self) -> bool:
+        return self.cfg.decoding_topk > 0 or self.cfg.source_vocab_mask
+
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, prefix_allowed_tokens_fn=None):
+        if self.masked_decoding:
+            _check_beam_search(args, prefix_allowed_tokens_fn)
+        generator = super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+        if not self.masked_decoding:
+            return generator
+        search = MaskedBeamSearch(
+            self.target_dictionary, self.cfg.decoding_topk, self.cfg.decoding_mask_fill, self.cfg.source_vocab_mask
+        )
+        return install(generator, search)
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        if self.cfg.source_vocab_mask:
+            if not isinstance(getattr(generator, "search", None), MaskedBeamSearch):
+                raise RuntimeError("--source-vocab-mask needs a generator built by this task's build_generator")
+            src_tokens = sample["net_input"]["src_tokens"]
+            src_to_tgt = None if self.src_to_tgt is None else self.src_to_tgt.to(src_tokens.device)
+            tgt = self.target_dictionary
+            generator.search.set_allowed(source_vocab_mask(src_tokens, len(tgt), tgt.pad(), self.always_allowed, src_to_tgt))
+        return super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
+
+
+def _check_beam_search(args, prefix_allowed_tokens_fn) -> None:
+    """Masked decoding is a beam search: refuse the other search strategies instead of ignoring the mask."""
+    others = {
+        "--sampling": getattr(args, "sampling", False),
+        "--diverse-beam-groups": getattr(args, "diverse_beam_groups", -1) > 0,
+        "--diversity-rate": getattr(args, "diversity_rate", -1) > -1,
+        "--match-source-len": getattr(args, "match_source_len", False),
+        "--constraints": getattr(args, "constraints", None),
+        "--score-reference": getattr(args, "score_reference", False),
+        "prefix_allowed_tokens_fn": prefix_allowed_tokens_fn or getattr(args, "prefix_allowed_tokens_fn", None),
+    }
+    chosen = [flag for flag, on in others.items() if on]
+    if chosen:
+        raise ValueError(
+            f"--decoding-topk / --source-vocab-mask work with plain beam search, not with {', '.join(chosen)}. "
+            "For top-k sampling use --sampling --sampling-topk K instead of --decoding-topk."
+        )
