@@ -36,6 +36,17 @@ def json_logs(output: str | subprocess.CompletedProcess, tag: str) -> list[dict]
     return records
 
 
+def output_lines(output: str, kind: str) -> dict[int, list[list[str]]]:
+    """fairseq-generate / fairseq-interactive lines of one kind ("S", "H", "P", ...) by sentence id,
+    in printed order (the n-best list for "H"), each split at tabs after the id."""
+    lines: dict[int, list[list[str]]] = {}
+    for line in output.splitlines():
+        if line.startswith(f"{kind}-"):
+            ident, *rest = line.split("\t")
+            lines.setdefault(int(ident[len(kind) + 1:]), []).append(rest)
+    return lines
+
+
 @pytest.fixture(scope="session")
 def toy_data(tmp_path_factory) -> Path:
     """Toy corpus (train 600 / valid 40 / test 30 lines), binarised with a joined dictionary."""

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import BIN, N_TEST, ROOT, TRAIN_COMMON, json_logs, run_cli
+from conftest import BIN, N_TEST, ROOT, TRAIN_COMMON, json_logs, output_lines, run_cli
 
 # test id -> criterion and its flags (the AM head needs cosine logits, hence its architecture)
 CRITERIA = {
@@ -35,16 +35,6 @@ def _train(data, save_dir, flags, max_update=UPDATES):
                    "--max-update", str(max_update), "--save-dir", save_dir)
 
 
-def _hypotheses(output: str) -> dict[int, str]:
-    hyps = {}
-    for line in output.splitlines():
-        if line.startswith("H-"):
-            ident, _score, text = line.split("\t")
-            assert int(ident[2:]) not in hyps, f"duplicate hypothesis {ident}"
-            hyps[int(ident[2:])] = text
-    return hyps
-
-
 @pytest.mark.parametrize("criterion", sorted(CRITERIA))
 def test_train_then_generate(criterion, toy_data, tmp_path):
     out = _train(toy_data, tmp_path, CRITERIA[criterion])
@@ -58,7 +48,8 @@ def test_train_then_generate(criterion, toy_data, tmp_path):
 
     gen = run_cli("fairseq-generate", toy_data, "--user-dir", ROOT / "user_dir", "--path", tmp_path / "checkpoint_last.pt",
                   "--cpu", "--beam", "3", "--batch-size", "16", "--gen-subset", "test")
-    assert sorted(_hypotheses(gen.stdout)) == list(range(N_TEST))
+    hypotheses = output_lines(gen.stdout, "H")
+    assert sorted(hypotheses) == list(range(N_TEST)) and all(len(h) == 1 for h in hypotheses.values())
 
 
 def test_as_softmax_logs_masked_ratio_and_warmup_resumes_from_checkpoint(toy_data, tmp_path):
@@ -102,20 +93,22 @@ def test_two_process_data_parallel_training_on_cpu(toy_data, tmp_path):
 
 
 def test_plugin_help_documents_every_option():
-    """``python -m user_dir.help`` lists each criterion's dataclass fields with their help strings."""
+    """``python -m user_dir.help`` lists each criterion's and task's options with their help strings."""
     import dataclasses
 
     from fairseq.criterions import CRITERION_DATACLASS_REGISTRY
 
     import user_dir  # noqa: F401  (registers the criterions whose dataclasses are compared below)
+    from user_dir.tasks.sparse_seq2seq import MaskedDecodingConfig
 
     out = subprocess.run([str(BIN / "python"), "-m", "user_dir.help"], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout
-    for name in CRITERIA_NAMES:
-        section = out.split(f"=== criterion {name}\n")[1].split("===")[0]
-        for f in dataclasses.fields(CRITERION_DATACLASS_REGISTRY[name]):
+    sections = [(f"criterion {name}", CRITERION_DATACLASS_REGISTRY[name]) for name in CRITERIA_NAMES]
+    for title, dc in sections + [("task sparse_seq2seq", MaskedDecodingConfig)]:
+        section = out.split(f"=== {title}\n")[1].split("===")[0]
+        for f in dataclasses.fields(dc):
             if f.metadata.get("help"):  # inherited ones like --sentence-avg are fairseq's own options
                 flag = "--" + f.name.replace("_", "-")
-                assert flag in section, f"{flag} missing from the help of {name}"
+                assert flag in section, f"{flag} missing from the help of {title}"
                 assert " ".join(f.metadata["help"].split()[:3]) in " ".join(section.split()), f"help of {flag}"
     assert "--cosine-scale" in out.split("=== model cosine_transformer\n")[1]

@@ -12,13 +12,14 @@ import sys
 from fairseq.criterions import CRITERION_DATACLASS_REGISTRY
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import MODEL_REGISTRY
+from fairseq.tasks import TASK_DATACLASS_REGISTRY
 
 import user_dir  # noqa: F401  (registers everything below)
-from user_dir import criterions, models
+from user_dir import criterions, models, tasks
 
 
 def plugin_parsers() -> dict[str, argparse.ArgumentParser]:
-    """One parser per plugin criterion / model, named as on the fairseq command line."""
+    """One parser per plugin criterion / model / task, named as on the fairseq command line."""
     parsers = {}
     for name, dc in sorted(CRITERION_DATACLASS_REGISTRY.items()):
         if dc.__module__.startswith(criterions.__name__):
@@ -30,6 +31,13 @@ def plugin_parsers() -> dict[str, argparse.ArgumentParser]:
             parser = argparse.ArgumentParser(prog=f"--arch {name}", add_help=False)
             cls.add_own_args(parser)  # what the plugin adds to the parent model's options
             parsers[f"model {name}"] = parser
+    for name, dc in sorted(TASK_DATACLASS_REGISTRY.items()):
+        if dc.__module__.startswith(tasks.__name__):
+            parser = argparse.ArgumentParser(prog=f"--task {name}", add_help=False)
+            for base in dc.__mro__[1:]:  # the option groups the plugin adds to the fairseq task it extends
+                if base.__module__ == dc.__module__:
+                    gen_parser_from_dataclass(parser, base())
+            parsers[f"task {name}"] = parser
     return parsers
 
 

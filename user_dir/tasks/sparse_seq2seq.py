@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
@@ -17,7 +18,9 @@ from ..search import MaskedBeamSearch, install
 
 
 @dataclass
-class SparseSeq2SeqConfig(TranslationConfig):
+class MaskedDecodingConfig(FairseqDataclass):
+    """The options this task adds to ``--task translation``."""
+
     decoding_topk: int = field(
         default=0,
         metadata={
@@ -46,9 +49,15 @@ class SparseSeq2SeqConfig(TranslationConfig):
         default=-math.inf,
         metadata={
             "help": "score of masked tokens: -inf (default) never generates them; a large negative "
-            "number (e.g. -1e4) lets the beam fall back on them when fewer than 2 x beam tokens are kept"
+            "number (e.g. -10000; -inf itself is written --decoding-mask-fill=-inf) lets the beam fall back "
+            "on them when fewer than 2 x beam tokens are kept"
         },
     )
+
+
+@dataclass
+class SparseSeq2SeqConfig(TranslationConfig, MaskedDecodingConfig):
+    pass
 
 
 @register_task("sparse_seq2seq", dataclass=SparseSeq2SeqConfig)
