@@ -16,7 +16,7 @@ import torch
 pytest.importorskip("fairseq")
 
 import scripted_model  # noqa: E402
-from user_dir.masked_decoding import restrict, source_vocab_mask, support  # noqa: E402
+from user_dir.masked_decoding import TokenSets, restrict, source_vocab, support  # noqa: E402
 from user_dir.tasks.sparse_seq2seq import SparseSeq2SeqConfig, SparseSeq2SeqTask  # noqa: E402
 
 NEG_INF = -math.inf
@@ -33,22 +33,39 @@ def _brute_support(lp: list[float], k: int, allowed: list[bool] | None) -> tuple
     return set(kept), math.log(mass)
 
 
+def _sets(member: torch.Tensor, pad: int) -> TokenSets:
+    """TokenSets from a bool membership matrix, padded (with ``pad``) in the order a test chooses."""
+    width = int(member.sum(-1).max())
+    ids = torch.full((*member.shape[:-1], width), pad)
+    valid = torch.zeros(ids.shape, dtype=torch.bool)
+    for index in itertools.product(*map(range, member.shape[:-1])):
+        members = member[index].nonzero().flatten().flip(0)  # any order must do
+        ids[index][: len(members)] = members
+        valid[index][: len(members)] = True
+    return TokenSets(ids, valid)
+
+
+def _kept(got, index) -> set[int]:
+    return {i for i, ok in zip(got.ids[index].tolist(), got.valid[index].tolist()) if ok}
+
+
 @pytest.mark.parametrize("k", [0, 1, 3, 7])
 @pytest.mark.parametrize("with_allowed", [False, True])
 def test_support_matches_brute_force(k, with_allowed):
     torch.manual_seed(k)
     lp = torch.randn(4, 3, 9, dtype=torch.float64).log_softmax(-1)
-    allowed = torch.rand(4, 1, 9) < 0.5 if with_allowed else None
-    if allowed is not None:
-        allowed[..., 2] = True  # EOS, as the task always allows it
+    member = torch.rand(4, 1, 9) < 0.5
+    member[..., 2] = True  # EOS, as the task always allows it
+    member[..., 1] = False  # padding
+    allowed = _sets(member, pad=1) if with_allowed else None
     got = support(lp, k, allowed)
     if allowed is None and k == 0:
         assert got is None
         return
     for b, r in itertools.product(range(4), range(3)):
-        row_allowed = None if allowed is None else allowed[b, 0].tolist()
+        row_allowed = member[b, 0].tolist() if with_allowed else None
         kept, log_mass = _brute_support(lp[b, r].tolist(), k, row_allowed)
-        assert set(got.keep[b, r].nonzero().flatten().tolist()) == kept
+        assert _kept(got, (b, r)) == kept
         assert got.log_mass[b, r, 0].item() == pytest.approx(log_mass, abs=1e-12)
 
 
@@ -57,6 +74,45 @@ def test_support_is_none_when_nothing_is_masked():
     assert support(lp, 5) is None and support(lp, 50) is None
     with pytest.raises(ValueError, match="k must be >= 0"):
         support(lp, -1)
+
+
+def _brute_restrict(lp, edited, kept: set[int], log_mass: float, allowed: set[int] | None, fill: float):
+    finite = {i for i, x in enumerate(edited) if x > NEG_INF}
+    usable = kept & finite
+    if not usable:  # rescue: allowed tokens the generator left, else any it left
+        usable = (finite & allowed) if allowed is not None and finite & allowed else finite
+    return [edited[i] - log_mass if i in usable else (fill if i in finite else NEG_INF) for i in range(len(lp))]
+
+
+@pytest.mark.parametrize("k", [0, 2, 5])
+@pytest.mark.parametrize("fill", [NEG_INF, -1e4])
+@pytest.mark.parametrize("with_allowed", [False, True])
+def test_restrict_matches_brute_force(k, fill, with_allowed):
+    torch.manual_seed(10 + k)
+    lp = torch.randn(5, 2, 8, dtype=torch.float64).log_softmax(-1)
+    edited = lp.clone()
+    edited[..., 1] = NEG_INF  # padding
+    edited[edited < -2.6] = NEG_INF  # the generator's bans, some rows lose every kept token
+    edited[0, 0, :] = NEG_INF
+    edited[0, 0, 6] = lp[0, 0, 6]  # a row where only one token is left (EOS at max length)
+    member = torch.rand(5, 1, 8) < 0.4
+    member[..., 2], member[..., 1] = True, False
+    member[1, 0, 3:6] = True
+    row_allowed = member[1, 0].nonzero().flatten()
+    least = row_allowed[lp[1, 0, row_allowed].argmin()]
+    edited[1, 0] = lp[1, 0]
+    edited[1, 0, row_allowed[row_allowed != least]] = NEG_INF  # the top allowed tokens are banned, not all
+    edited[1, 0, 1] = NEG_INF
+    allowed = _sets(member, pad=1) if with_allowed else None
+    kept = support(lp, k, allowed)
+    if kept is None:
+        return
+    got = restrict(edited, kept, allowed, fill)
+    for b, r in itertools.product(range(5), range(2)):
+        row_allowed = set(member[b, 0].nonzero().flatten().tolist()) if with_allowed else None
+        want = _brute_restrict(lp[b, r].tolist(), edited[b, r].tolist(), _kept(kept, (b, r)),
+                               kept.log_mass[b, r, 0].item(), row_allowed, fill)
+        assert got[b, r].tolist() == pytest.approx(want, abs=1e-12), (b, r)
 
 
 def test_restrict_renormalises_kept_and_respects_generator_edits():
@@ -71,36 +127,15 @@ def test_restrict_renormalises_kept_and_respects_generator_edits():
         assert out[0, 2].item() == fill  # masked
 
 
-def test_restrict_rescues_rows_the_generator_emptied():
-    # top-1 keeps token 0; the generator then allows only token 2 (EOS at the maximum length)
-    lp = torch.tensor([[math.log(0.7), math.log(0.2), math.log(0.1)]])
-    edited = torch.full_like(lp, NEG_INF)
-    edited[0, 2] = lp[0, 2]
-    out = restrict(edited, support(lp, 1))
-    assert out[0, 2].item() == pytest.approx(math.log(0.1 / 0.7))
-    assert out[0, :2].tolist() == [NEG_INF, NEG_INF]
-    # with an allowed mask the rescue prefers allowed tokens, then falls back on any the generator left
-    edited[0, 1] = lp[0, 1]
-    allowed = torch.tensor([[True, False, True]])
-    out = restrict(edited, support(lp, 1, allowed), allowed)
-    assert out[0, 1].item() == NEG_INF and out[0, 2].item() == pytest.approx(math.log(0.1 / 0.7))
-    allowed = torch.tensor([[True, False, False]])
-    out = restrict(edited, support(lp, 1, allowed), allowed)
-    assert out[0, 1].item() == pytest.approx(math.log(0.2 / 0.7))
-
-
-def test_source_vocab_mask():
+def test_source_vocab():
     src = torch.tensor([[1, 1, 5, 4, 2], [6, 6, 6, 4, 2]])  # pad=1, eos=2
-    got = source_vocab_mask(src, 8, pad=1, always_allowed=[2, 7])
-    want = torch.zeros(2, 8, dtype=torch.bool)
-    want[0, [2, 4, 5, 7]] = True
-    want[1, [2, 4, 6, 7]] = True
-    assert torch.equal(got, want)
+    got = source_vocab(src, 8, pad=1, always_allowed=[2, 7])
+    assert got.ids.tolist() == [[2, 4, 5, 7], [2, 4, 6, 7]] and got.valid.all()
     # separate dictionaries: source id 5 has no target symbol (mapped to pad), 4 -> 3, 6 -> 5
     src_to_tgt = torch.tensor([0, 1, 2, 3, 3, 1, 5])
-    got = source_vocab_mask(src[:, 2:], 8, pad=1, always_allowed=[2], src_to_tgt=src_to_tgt)
-    assert got[0].nonzero().flatten().tolist() == [2, 3]
-    assert got[1].nonzero().flatten().tolist() == [2, 3, 5]
+    got = source_vocab(src[:, 2:], 8, pad=1, always_allowed=[2], src_to_tgt=src_to_tgt)
+    assert got.ids.tolist() == [[2, 3, 1], [2, 3, 5]]
+    assert got.valid.tolist() == [[True, True, False], [True, True, True]]
 
 
 # ---------------------------------------------------------------- the search on a scripted decoder

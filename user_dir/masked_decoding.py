@@ -29,35 +29,49 @@ import torch
 from torch import Tensor
 
 
+class TokenSets(NamedTuple):
+    """One set of token ids per row, as padded lists (kept small: a source's distinct tokens)."""
+
+    ids: Tensor
+    """long ``(..., S)``; padding entries hold the padding token, which fairseq never generates."""
+    valid: Tensor
+    """bool ``(..., S)``: False on padding entries."""
+
+
 class Support(NamedTuple):
-    keep: Tensor
-    """bool ``(..., V)``: the tokens a masked decoder may choose from."""
+    """The tokens a masked decoder may choose from at one step, per row."""
+
+    ids: Tensor
+    valid: Tensor
     log_mass: Tensor
     """``(..., 1)``: log of the model probability of the kept tokens (0 where it is zero)."""
 
 
-def support(model_lprobs: Tensor, k: int = 0, allowed: Tensor | None = None) -> Support | None:
+def support(model_lprobs: Tensor, k: int = 0, allowed: TokenSets | None = None) -> Support | None:
     """The ``k`` most probable tokens among ``allowed`` (``k=0``: all of them); ``None`` when
-    nothing is masked (no ``allowed`` mask and ``k`` is 0 or at least the vocabulary size)."""
+    nothing is masked (no ``allowed`` sets and ``k`` is 0 or at least the vocabulary size).
+
+    Works on ``k`` or ``S`` entries per row, never on the whole vocabulary beyond one ``topk``.
+    """
     if k < 0:
         raise ValueError(f"k must be >= 0 (0 = no top-k mask), got {k}")
-    vocab = model_lprobs.size(-1)
-    top_k = 0 < k < vocab
-    if allowed is None and not top_k:
-        return None
-    scores = model_lprobs if allowed is None else model_lprobs.masked_fill(~allowed, -math.inf)
-    if top_k:
-        values, indices = scores.topk(k, dim=-1)
-        keep = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, indices, True)
-        if allowed is not None:  # fewer than k allowed tokens: topk also returned disallowed ones
-            keep &= allowed
+    if allowed is None:
+        if not 0 < k < model_lprobs.size(-1):
+            return None
+        values, ids = model_lprobs.topk(k, dim=-1)
+        valid = torch.ones_like(ids, dtype=torch.bool)
     else:
-        values, keep = scores, allowed.expand_as(scores)
+        shape = model_lprobs.shape[:-1] + allowed.ids.shape[-1:]
+        ids, valid = allowed.ids.expand(shape), allowed.valid.expand(shape)
+        values = model_lprobs.gather(-1, ids).masked_fill(~valid, -math.inf)
+        if 0 < k < ids.size(-1):
+            values, positions = values.topk(k, dim=-1)
+            ids, valid = ids.gather(-1, positions), valid.gather(-1, positions)
     log_mass = values.logsumexp(dim=-1, keepdim=True)
-    return Support(keep, log_mass.masked_fill(log_mass == -math.inf, 0.0))
+    return Support(ids, valid, log_mass.masked_fill(log_mass == -math.inf, 0.0))
 
 
-def restrict(lprobs: Tensor, kept: Support, allowed: Tensor | None = None, fill: float = -math.inf) -> Tensor:
+def restrict(lprobs: Tensor, kept: Support, allowed: TokenSets | None = None, fill: float = -math.inf) -> Tensor:
     """Beam-step scores: ``lprobs - log p(S)`` on the support, ``fill`` on the other tokens.
 
     ``lprobs`` are the scores after the generator's edits; a token it set to ``-inf`` stays
@@ -71,36 +85,45 @@ def restrict(lprobs: Tensor, kept: Support, allowed: Tensor | None = None, fill:
     renormalised over the allowed tokens the generator left, or, if none (a prefix token outside
     the source, an empty source under ``--min-len``), over every token it left.
     """
-    finite = lprobs > -math.inf
-    usable = kept.keep & finite
-    stuck = ~usable.any(dim=-1)
+    scores = (lprobs.gather(-1, kept.ids) - kept.log_mass).masked_fill(~kept.valid, -math.inf)
+    if fill == -math.inf:
+        out = torch.full_like(lprobs, -math.inf)
+    else:
+        out = lprobs.masked_fill(lprobs > -math.inf, fill)  # fill where the generator allows, -inf where not
+    out.scatter_(-1, kept.ids, scores)
+    stuck = (scores == -math.inf).all(dim=-1)
     if stuck.any():
-        rescue = finite[stuck]
+        rows = lprobs[stuck]
+        rescue = rows > -math.inf
         if allowed is not None:
-            rescue_allowed = rescue & allowed.expand_as(finite)[stuck]
-            rescue = torch.where(rescue_allowed.any(dim=-1, keepdim=True), rescue_allowed, rescue)
-        usable[stuck] = rescue
-    masked = lprobs.masked_fill(finite, fill)  # fill where the generator allows, -inf where not
-    return torch.where(usable, lprobs - kept.log_mass, masked)
+            shape = kept.ids.shape[:-1] + allowed.ids.shape[-1:]
+            ids, valid = allowed.ids.expand(shape)[stuck], allowed.valid.expand(shape)[stuck]
+            in_set = torch.zeros_like(rescue).scatter_(-1, ids, valid) & rescue
+            rescue = torch.where(in_set.any(dim=-1, keepdim=True), in_set, rescue)
+        out[stuck] = torch.where(rescue, rows - kept.log_mass[stuck], out[stuck])
+    return out
 
 
-def source_vocab_mask(
+def source_vocab(
     src_tokens: Tensor,
     vocab_size: int,
     pad: int,
     always_allowed: list[int] | tuple[int, ...] = (),
     src_to_tgt: Tensor | None = None,
-) -> Tensor:
-    """bool ``(batch, vocab_size)``: the target tokens that occur in each source sentence.
+) -> TokenSets:
+    """The distinct target tokens of each source sentence ``(batch, src_len)``, plus ``always_allowed``
+    (at least EOS, which the caller passes); never padding.
 
     ``src_to_tgt`` maps source-dictionary ids to target ids (``pad`` for a source symbol the
     target dictionary lacks); without it the dictionaries are taken to be the same.
-    ``always_allowed`` (at least EOS, which the caller passes) is allowed in every row; padding
-    never is.
     """
     ids = src_tokens if src_to_tgt is None else src_to_tgt[src_tokens]
-    allowed = torch.zeros(src_tokens.size(0), vocab_size, dtype=torch.bool, device=src_tokens.device)
-    allowed.scatter_(1, ids, True)
-    allowed[:, pad] = False
-    allowed[:, list(always_allowed)] = True
-    return allowed
+    member = torch.zeros(src_tokens.size(0), vocab_size, dtype=torch.bool, device=src_tokens.device)
+    member.scatter_(1, ids, True)
+    member[:, pad] = False
+    member[:, list(always_allowed)] = True
+    counts = member.sum(dim=1)
+    valid = torch.arange(int(counts.max()), device=member.device) < counts.unsqueeze(1)
+    sets = torch.full(valid.shape, pad, dtype=torch.long, device=member.device)
+    sets[valid] = member.nonzero()[:, 1]  # both row-major: each row's ids, ascending
+    return TokenSets(sets, valid)

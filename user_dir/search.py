@@ -14,7 +14,7 @@ import torch
 from fairseq.search import BeamSearch
 from torch import Tensor
 
-from .masked_decoding import Support, restrict, support
+from .masked_decoding import Support, TokenSets, restrict, support
 
 
 class MaskedBeamSearch(BeamSearch):
@@ -27,14 +27,14 @@ class MaskedBeamSearch(BeamSearch):
         self.topk = topk
         self.fill = fill
         self.source_vocab_mask = source_vocab_mask
-        self._next_allowed: Optional[Tensor] = None
-        self._allowed: Optional[Tensor] = None  # (sentences in the batch, V)
+        self._next_allowed: Optional[TokenSets] = None
+        self._allowed: Optional[TokenSets] = None  # one set per sentence of the batch
         self._sentences: Optional[Tensor] = None  # batch rows of the sentences still being decoded
         self._beam_size = 1
         self._support: Optional[Support] = None
 
-    def set_allowed(self, allowed: Tensor) -> None:
-        """The source-vocabulary mask (batch, V) of the batch about to be generated."""
+    def set_allowed(self, allowed: TokenSets) -> None:
+        """The allowed tokens (one set per sentence) of the batch about to be generated."""
         self._next_allowed = allowed
 
     def init_constraints(self, batch_constraints: Optional[Tensor], beam_size: int):
@@ -48,7 +48,7 @@ class MaskedBeamSearch(BeamSearch):
                 "task's inference_step (fairseq-generate / fairseq-interactive do)"
             )
         self._sentences = (
-            None if self._allowed is None else torch.arange(self._allowed.size(0), device=self._allowed.device)
+            None if self._allowed is None else torch.arange(len(self._allowed.ids), device=self._allowed.ids.device)
         )
         self._support = None
 
@@ -58,11 +58,11 @@ class MaskedBeamSearch(BeamSearch):
         if self._sentences is not None:
             self._sentences = self._sentences[batch_idxs]
 
-    def _allowed_rows(self) -> Optional[Tensor]:
-        """(sentences still decoded, 1, V): broadcasts over their beams."""
+    def _allowed_rows(self) -> Optional[TokenSets]:
+        """Sets of the sentences still decoded, shaped (sentences, 1, S) to broadcast over beams."""
         if self._allowed is None:
             return None
-        return self._allowed[self._sentences].unsqueeze(1)
+        return TokenSets(*(t[self._sentences].unsqueeze(1) for t in self._allowed))
 
     def observe(self, model_lprobs: Tensor) -> None:
         """Choose the support from the model's log-probabilities ``(sentences × beam, V)``."""

@@ -13,7 +13,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from ..masked_decoding import source_vocab_mask
+from ..masked_decoding import source_vocab
 from ..search import MaskedBeamSearch, install
 
 
@@ -100,7 +100,7 @@ class SparseSeq2SeqTask(TranslationTask):
             src_tokens = sample["net_input"]["src_tokens"]
             src_to_tgt = None if self.src_to_tgt is None else self.src_to_tgt.to(src_tokens.device)
             tgt = self.target_dictionary
-            generator.search.set_allowed(source_vocab_mask(src_tokens, len(tgt), tgt.pad(), self.always_allowed, src_to_tgt))
+            generator.search.set_allowed(source_vocab(src_tokens, len(tgt), tgt.pad(), self.always_allowed, src_to_tgt))
         return super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
 
 
