@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job end to end on the bundled toy corpus: set up -> prepare -> fairseq-train with
-# sparse_softmax -> fairseq-generate -> check and plot. Everything goes to ./demo (or $1).
+# sparse_softmax -> fairseq-generate with masked decoding -> check and plot. Everything goes to ./demo (or $1).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$(realpath -m "${1:-$root/demo}")"
@@ -17,7 +17,7 @@ fairseq-preprocess --source-lang src --target-lang tgt --joined-dictionary --wor
 
 echo "== 2/4 train: --criterion sparse_softmax --sparse-topk 10"
 rm -rf "$out/checkpoints"
-fairseq-train "$out/data-bin" --user-dir user_dir --cpu \
+fairseq-train "$out/data-bin" --user-dir user_dir --task sparse_seq2seq --cpu \
     --arch transformer_tiny --share-all-embeddings --dropout 0.1 \
     --criterion sparse_softmax --sparse-topk 10 \
     --optimizer adam --lr 0.002 --lr-scheduler inverse_sqrt --warmup-updates 100 \
@@ -25,9 +25,10 @@ fairseq-train "$out/data-bin" --user-dir user_dir --cpu \
     --save-dir "$out/checkpoints" --no-epoch-checkpoints \
     --log-format json --log-interval 20 2>&1 | tee "$out/train.log" | grep -E "\| (valid|train) \|" || true
 
-echo "== 3/4 generate: beam 5 on the test set"
-fairseq-generate "$out/data-bin" --user-dir user_dir --cpu --path "$out/checkpoints/checkpoint_best.pt" \
-    --beam 5 --batch-size 64 --gen-subset test > "$out/generate.txt"
+echo "== 3/4 generate: beam 5, masked decoding over the top 5 tokens, on the test set"
+fairseq-generate "$out/data-bin" --user-dir user_dir --task sparse_seq2seq --cpu \
+    --path "$out/checkpoints/checkpoint_best.pt" \
+    --beam 5 --decoding-topk 5 --batch-size 64 --gen-subset test > "$out/generate.txt"
 tail -n 1 "$out/generate.txt"
 
 echo "== 4/4 check and plot"

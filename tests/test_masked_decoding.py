@@ -16,7 +16,10 @@ import torch
 pytest.importorskip("fairseq")
 
 import scripted_model  # noqa: E402
+from fairseq.search import BeamSearch  # noqa: E402
+
 from user_dir.masked_decoding import TokenSets, restrict, source_vocab, support  # noqa: E402
+from user_dir.search import MaskedBeamSearch  # noqa: E402
 from user_dir.tasks.sparse_seq2seq import SparseSeq2SeqConfig, SparseSeq2SeqTask  # noqa: E402
 
 NEG_INF = -math.inf
@@ -46,7 +49,8 @@ def _sets(member: torch.Tensor, pad: int) -> TokenSets:
 
 
 def _kept(got, index) -> set[int]:
-    return {i for i, ok in zip(got.ids[index].tolist(), got.valid[index].tolist()) if ok}
+    ids = got.ids[index].tolist()
+    return set(ids) if got.valid is None else {i for i, ok in zip(ids, got.valid[index].tolist()) if ok}
 
 
 @pytest.mark.parametrize("k", [0, 1, 3, 7])
@@ -207,6 +211,24 @@ def test_topk_at_least_vocab_is_plain_beam_search_exactly():
         assert _decode(_random_script, sources, {"decoding_topk": 3}, **options) != plain
 
 
+def _reference_step(self, step, lprobs, scores, prev_output_tokens=None, original_batch_idxs=None, multiple=2):
+    """The masked beam step as restrict() + fairseq's own BeamSearch.step over the whole vocabulary."""
+    kept, self._support = self._support, None
+    if kept is not None:
+        lprobs = restrict(lprobs, kept, self._allowed, self.fill)
+    return BeamSearch.step(self, step, lprobs, scores, prev_output_tokens, original_batch_idxs, multiple)
+
+
+@pytest.mark.parametrize("beam", [1, 3, 5])
+@pytest.mark.parametrize("options", [{"decoding_topk": 1}, {"decoding_topk": 2}, {"decoding_topk": 4},
+                                     {"source_vocab_mask": True}, {"decoding_topk": 2, "source_vocab_mask": True}])
+def test_candidates_drawn_from_the_support_equal_fairseqs_beam_step(beam, options, monkeypatch):
+    sources = ["a b c", "d e", "f", "a c e f"]
+    fast = _decode(_random_script, sources, options, beam=beam, nbest=beam, max_len_b=6)
+    monkeypatch.setattr(MaskedBeamSearch, "step", _reference_step)
+    assert _decode(_random_script, sources, options, beam=beam, nbest=beam, max_len_b=6) == fast
+
+
 def _source_script(src, prefix):
     return {
         (): {"a": 0.6, "b": 0.3, "c": 0.1},
@@ -277,6 +299,16 @@ def test_fewer_kept_tokens_than_candidates():
     assert hyps[0][2] == pytest.approx(math.log(0.1 / 0.6), abs=1e-6)
     (hyps,) = _decode(script, ["a"], {"decoding_topk": 1, "decoding_mask_fill": -1e4}, beam=2, nbest=2, max_len_b=2)
     assert len(hyps) == 2 and hyps[0][0] == ("a", "a", "</s>") and hyps[1][2] < -1e4 + 1
+
+
+def test_sentence_whose_hypotheses_all_ended_stops_at_max_length():
+    # K=1, beam 3: a, then the only kept token is </s>: "a </s>" is finalised and the two other
+    # beams are dead. fairseq would assert at the maximum length; the search stops there instead.
+    def script(src, prefix):
+        return {(): {"a": 0.6, "b": 0.4}}.get(prefix, {"</s>": 0.7, "b": 0.3})
+
+    (hyps,) = _decode(script, ["a"], {"decoding_topk": 1}, beam=3, nbest=3, max_len_b=4)
+    assert hyps == [(("a", "</s>"), [0.0, 0.0], 0.0)]
 
 
 def test_no_repeat_ngram_blocking_the_kept_token():

@@ -42,7 +42,8 @@ class Support(NamedTuple):
     """The tokens a masked decoder may choose from at one step, per row."""
 
     ids: Tensor
-    valid: Tensor
+    valid: Tensor | None
+    """as in ``TokenSets``; ``None`` when every entry is a kept token (a plain top-k)."""
     log_mass: Tensor
     """``(..., 1)``: log of the model probability of the kept tokens (0 where it is zero)."""
 
@@ -59,7 +60,7 @@ def support(model_lprobs: Tensor, k: int = 0, allowed: TokenSets | None = None) 
         if not 0 < k < model_lprobs.size(-1):
             return None
         values, ids = model_lprobs.topk(k, dim=-1)
-        valid = torch.ones_like(ids, dtype=torch.bool)
+        valid = None
     else:
         shape = model_lprobs.shape[:-1] + allowed.ids.shape[-1:]
         ids, valid = allowed.ids.expand(shape), allowed.valid.expand(shape)
@@ -68,7 +69,13 @@ def support(model_lprobs: Tensor, k: int = 0, allowed: TokenSets | None = None) 
             values, positions = values.topk(k, dim=-1)
             ids, valid = ids.gather(-1, positions), valid.gather(-1, positions)
     log_mass = values.logsumexp(dim=-1, keepdim=True)
-    return Support(ids, valid, log_mass.masked_fill(log_mass == -math.inf, 0.0))
+    return Support(ids, valid, log_mass.nan_to_num(neginf=0.0))
+
+
+def kept_scores(lprobs: Tensor, kept: Support) -> Tensor:
+    """``(..., S)``: the renormalised scores ``lprobs - log p(S)`` of the kept tokens (``-inf`` on padding)."""
+    scores = lprobs.gather(-1, kept.ids) - kept.log_mass
+    return scores if kept.valid is None else scores.masked_fill(~kept.valid, -math.inf)
 
 
 def restrict(lprobs: Tensor, kept: Support, allowed: TokenSets | None = None, fill: float = -math.inf) -> Tensor:
@@ -85,7 +92,7 @@ def restrict(lprobs: Tensor, kept: Support, allowed: TokenSets | None = None, fi
     renormalised over the allowed tokens the generator left, or, if none (a prefix token outside
     the source, an empty source under ``--min-len``), over every token it left.
     """
-    scores = (lprobs.gather(-1, kept.ids) - kept.log_mass).masked_fill(~kept.valid, -math.inf)
+    scores = kept_scores(lprobs, kept)
     if fill == -math.inf:
         out = torch.full_like(lprobs, -math.inf)
     else:

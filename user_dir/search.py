@@ -1,7 +1,7 @@
 """Masked beam search: fairseq's beam step over the top-k / source-vocabulary masked distribution.
 
 ``MaskedBeamSearch`` is a ``fairseq.search.BeamSearch`` whose ``step`` renormalises the scores
-over a support set (``user_dir.masked_decoding``) before the usual beam step.
+over a support set (``user_dir.masked_decoding``) and draws the beam's candidates from it.
 ``install`` puts it into a ``SequenceGenerator`` and lets it see the model's own log-probabilities
 at every step: the generator edits the scores (length limits, prefix, n-gram blocking, unknown
 penalty) before calling ``step``, and the support has to be chosen on the model's distribution,
@@ -14,7 +14,7 @@ import torch
 from fairseq.search import BeamSearch
 from torch import Tensor
 
-from .masked_decoding import Support, TokenSets, restrict, support
+from .masked_decoding import Support, TokenSets, kept_scores, restrict, support
 
 
 class MaskedBeamSearch(BeamSearch):
@@ -24,12 +24,15 @@ class MaskedBeamSearch(BeamSearch):
 
     def __init__(self, tgt_dict, topk: int = 0, fill: float = -math.inf, source_vocab_mask: bool = False):
         super().__init__(tgt_dict)
+        # A one-token support (k=1, or a source giving only EOS) can leave a sentence with no live
+        # hypothesis before it has `beam` finished ones; fairseq then asserts at the maximum
+        # length unless the search says to stop there (as its prefix-constrained search does).
+        self.stop_on_max_len = True
         self.topk = topk
         self.fill = fill
         self.source_vocab_mask = source_vocab_mask
         self._next_allowed: Optional[TokenSets] = None
-        self._allowed: Optional[TokenSets] = None  # one set per sentence of the batch
-        self._sentences: Optional[Tensor] = None  # batch rows of the sentences still being decoded
+        self._allowed: Optional[TokenSets] = None  # sets of the sentences still decoded, (sentences, 1, S)
         self._beam_size = 1
         self._support: Optional[Support] = None
 
@@ -41,33 +44,26 @@ class MaskedBeamSearch(BeamSearch):
         """Called by the generator at the start of every batch: take that batch's mask."""
         super().init_constraints(batch_constraints, beam_size)
         self._beam_size = beam_size
-        self._allowed, self._next_allowed = self._next_allowed, None
-        if self.source_vocab_mask and self._allowed is None:
+        allowed, self._next_allowed = self._next_allowed, None
+        if self.source_vocab_mask and allowed is None:
             raise RuntimeError(
                 "--source-vocab-mask: no source mask was set for this batch; generate through the "
                 "task's inference_step (fairseq-generate / fairseq-interactive do)"
             )
-        self._sentences = (
-            None if self._allowed is None else torch.arange(len(self._allowed.ids), device=self._allowed.ids.device)
-        )
+        # shaped to broadcast over each sentence's beams
+        self._allowed = None if allowed is None else TokenSets(*(t.unsqueeze(1) for t in allowed))
         self._support = None
 
     def prune_sentences(self, batch_idxs: Tensor):
         """Called by the generator when finished sentences leave the batch."""
         super().prune_sentences(batch_idxs)
-        if self._sentences is not None:
-            self._sentences = self._sentences[batch_idxs]
-
-    def _allowed_rows(self) -> Optional[TokenSets]:
-        """Sets of the sentences still decoded, shaped (sentences, 1, S) to broadcast over beams."""
-        if self._allowed is None:
-            return None
-        return TokenSets(*(t[self._sentences].unsqueeze(1) for t in self._allowed))
+        if self._allowed is not None:
+            self._allowed = TokenSets(*(t[batch_idxs] for t in self._allowed))
 
     def observe(self, model_lprobs: Tensor) -> None:
         """Choose the support from the model's log-probabilities ``(sentences × beam, V)``."""
         vocab = model_lprobs.size(-1)
-        self._support = support(model_lprobs.view(-1, self._beam_size, vocab), self.topk, self._allowed_rows())
+        self._support = support(model_lprobs.view(-1, self._beam_size, vocab), self.topk, self._allowed)
 
     def step(
         self,
@@ -78,10 +74,36 @@ class MaskedBeamSearch(BeamSearch):
         original_batch_idxs: Optional[Tensor] = None,
         candidate_multiple: int = 2,
     ):
-        if self._support is not None:
-            lprobs = restrict(lprobs, self._support, self._allowed_rows(), self.fill)
-            self._support = None  # one support per decoder call: never reuse a stale one
+        kept, self._support = self._support, None  # one support per decoder call: never reuse a stale one
+        if kept is None:
+            return super().step(step, lprobs, scores, prev_output_tokens, original_batch_idxs, candidate_multiple)
+        if self.fill == -math.inf:
+            candidates = kept_scores(lprobs, kept)
+            if not (candidates == -math.inf).all(dim=-1).any():
+                return self._step_on_support(step, candidates, kept.ids, scores, candidate_multiple)
+        lprobs = restrict(lprobs, kept, self._allowed, self.fill)
         return super().step(step, lprobs, scores, prev_output_tokens, original_batch_idxs, candidate_multiple)
+
+    def _step_on_support(self, step: int, candidates: Tensor, ids: Tensor, scores: Optional[Tensor], multiple: int):
+        """``BeamSearch.step`` when every token outside the support scores -inf: the best
+        ``multiple × beam`` continuations are drawn from the ``S`` kept tokens of each hypothesis
+        instead of the whole vocabulary (same candidates, a topk over beam·S instead of beam·V)."""
+        bsz, beam_size, width = candidates.shape
+        if step == 0:  # all hypotheses are the same at the first step: expand only the first
+            candidates, ids = candidates[:, :1], ids[:, :1]
+        else:
+            candidates = candidates + scores[:, :, step - 1].unsqueeze(-1)
+        wanted = multiple * beam_size
+        top, positions = candidates.reshape(bsz, -1).topk(min(wanted, candidates[0].numel()), dim=1)
+        tokens = ids.reshape(bsz, -1).gather(1, positions)
+        beams = torch.div(positions, width, rounding_mode="trunc")
+        if top.size(1) < wanted:  # fewer kept tokens than candidates: the rest are dead (-inf)
+            missing = wanted - top.size(1)
+            top = torch.cat([top, top.new_full((bsz, missing), -math.inf)], dim=1)
+            tokens = torch.cat([tokens, tokens[:, :1].expand(bsz, missing)], dim=1)
+            beams = torch.cat([beams, beams[:, :1].expand(bsz, missing)], dim=1)
+        # dead candidates (padding of the support, or -inf) carry EOS, which a -inf score never finalises
+        return top, tokens.masked_fill(top == -math.inf, self.eos), beams
 
 
 def install(generator, search: MaskedBeamSearch):

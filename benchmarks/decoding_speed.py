@@ -1,0 +1,157 @@
+#!/usr/bin/env python
+"""Sentences/s of masked beam search (--decoding-topk, --source-vocab-mask) vs plain beam search.
+
+One checkpoint, one test set, one process: every configuration decodes the same batches through
+the task's own ``build_generator`` / ``inference_step`` (what fairseq-generate calls), without
+process start-up or printing. Configurations are interleaved within each repeat so machine noise
+hits them alike; the time is the minimum over ``--repeats``, and each ratio is against plain beam
+search with the same beam size measured in the same run.
+
+    bash scripts/run_demo.sh                 # makes demo/data-bin and demo/checkpoints
+    python benchmarks/decoding_speed.py      # table + PNG in benchmarks/results/
+    python benchmarks/decoding_speed.py --data-bin data-bin/giga --path ckpt.pt --batch-size 128
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from fairseq import checkpoint_utils, options, tasks, utils  # noqa: E402
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # noqa: E402
+
+
+def configurations(topk: int) -> dict[str, dict]:
+    return {
+        "plain beam": {},
+        f"top-{topk}": {"decoding_topk": topk},
+        "source vocab": {"source_vocab_mask": True},
+        f"top-{topk} + source vocab": {"decoding_topk": topk, "source_vocab_mask": True},
+    }
+
+
+def load(args):
+    """fairseq-generate's configuration, the model and the test batches, loaded once for all runs."""
+    argv = [str(args.data_bin), "--user-dir", str(ROOT / "user_dir"), "--task", "sparse_seq2seq",
+            "--path", str(args.path), "--gen-subset", args.subset, "--batch-size", str(args.batch_size)]
+    argv += ["--cpu"] if args.device == "cpu" else []
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_generation_parser(), argv))
+    task = tasks.setup_task(cfg.task)
+    task.load_dataset(args.subset)
+    models, _ = checkpoint_utils.load_model_ensemble([str(args.path)], task=task)
+    for model in models:
+        model.eval().to(args.device)
+    dataset = task.dataset(args.subset)
+    itr = task.get_batch_iterator(dataset, max_sentences=args.batch_size, max_positions=(1024, 1024),
+                                  ignore_invalid_inputs=False).next_epoch_itr(shuffle=False)
+    batches = [utils.move_to_cuda(b) if args.device == "cuda" else b for b in itr]
+    n = sum(len(b["id"]) for b in batches)
+    assert n == len(dataset), f"{n} of {len(dataset)} sentences batched"
+    return cfg.task, models, batches, n
+
+
+def decode(task, generator, models, batches) -> float:
+    """Seconds to decode every batch."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for batch in batches:
+        task.inference_step(generator, models, batch)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def measure(args) -> list[dict]:
+    task_cfg, models, batches, n = load(args)
+    runs = {}
+    for beam in args.beams:
+        for name, masking in configurations(args.topk).items():
+            cfg = copy.deepcopy(task_cfg)
+            for key, value in masking.items():
+                setattr(cfg, key, value)
+            task = tasks.setup_task(cfg)
+            gen_args = argparse.Namespace(beam=beam, max_len_a=args.max_len_a, max_len_b=args.max_len_b)
+            runs[beam, name] = (task, task.build_generator(models, gen_args))
+    best = {key: float("inf") for key in runs}
+    with torch.no_grad():
+        for key, (task, generator) in runs.items():  # warm-up
+            decode(task, generator, models, batches[:1])
+        for _ in range(args.repeats):
+            for key, (task, generator) in runs.items():
+                best[key] = min(best[key], decode(task, generator, models, batches))
+    rows = []
+    for (beam, name), seconds in best.items():
+        rows.append({"beam": beam, "decoding": name, "sentences": n, "seconds": seconds,
+                     "sent_per_s": n / seconds, "ratio": best[beam, "plain beam"] / seconds})
+    return rows
+
+
+def table(rows: list[dict], command: str) -> str:
+    lines = [f"`{command}`", "", "| beam | decoding | sentences/s | × plain beam |", "|---:|---|---:|---:|"]
+    lines += [f"| {r['beam']} | {r['decoding']} | {r['sent_per_s']:.1f} | {r['ratio']:.2f} |" for r in rows]
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import logging
+
+    import matplotlib
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's CLI setup logs at DEBUG
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    beams = sorted({r["beam"] for r in rows})
+    names = list(dict.fromkeys(r["decoding"] for r in rows))
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        values = [next(r["ratio"] for r in rows if r["beam"] == b and r["decoding"] == name) for b in beams]
+        ax.bar([b_i + i * width for b_i in range(len(beams))], values, width, label=name)
+    ax.axhline(0.95, color="grey", linestyle="--", linewidth=1, label="target 0.95")
+    ax.set_xticks([b_i + width * (len(names) - 1) / 2 for b_i in range(len(beams))], [f"beam {b}" for b in beams])
+    ax.set_ylabel("sentences/s ÷ plain beam")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-bin", type=Path, default=ROOT / "demo" / "data-bin")
+    parser.add_argument("--path", type=Path, default=ROOT / "demo" / "checkpoints" / "checkpoint_best.pt")
+    parser.add_argument("--subset", default="test")
+    parser.add_argument("--beams", type=lambda s: [int(b) for b in s.split(",")], default=[1, 5], help="e.g. 1,5")
+    parser.add_argument("--topk", type=int, default=5, help="--decoding-topk of the masked configurations")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-len-a", type=float, default=0)
+    parser.add_argument("--max-len-b", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "decoding_speed",
+                        help="writes OUT.md and OUT.png")
+    args = parser.parse_args()
+    for path in (args.data_bin, args.path):
+        if not path.exists():
+            sys.exit(f"error: {path} does not exist; run `bash scripts/run_demo.sh` or pass --data-bin/--path")
+
+    rows = measure(args)
+    command = "python benchmarks/decoding_speed.py " + " ".join(sys.argv[1:])
+    info = f"{rows[0]['sentences']} sentences, batch {args.batch_size}, {args.device}, {torch.get_num_threads()} threads"
+    text = table(rows, command.strip()) + f"\n\n{info}; minimum of {args.repeats} interleaved runs.\n"
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".md").write_text(text)
+    plot(rows, args.out.with_suffix(".png"))
+    print(f"wrote {args.out.with_suffix('.md')} and {args.out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()
