@@ -5,7 +5,9 @@ One checkpoint, one test set, one process: every configuration decodes the same 
 the task's own ``build_generator`` / ``inference_step`` (what fairseq-generate calls), without
 process start-up or printing. Configurations are interleaved within each repeat so machine noise
 hits them alike; the time is the minimum over ``--repeats``, and each ratio is against plain beam
-search with the same beam size measured in the same run.
+search with the same beam size measured in the same run. Masking changes what is generated, and so
+how many decoder steps a sentence takes: the table also gives the output length (tokens in the best
+hypotheses) and the speed per output token.
 
     bash scripts/run_demo.sh                 # makes demo/data-bin and demo/checkpoints
     python benchmarks/decoding_speed.py      # table + PNG in benchmarks/results/
@@ -56,16 +58,15 @@ def load(args):
     return cfg.task, models, batches, n
 
 
-def decode(task, generator, models, batches) -> float:
-    """Seconds to decode every batch."""
+def decode(task, generator, models, batches) -> tuple[float, int]:
+    """Seconds to decode every batch, and the number of tokens in the best hypotheses."""
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     start = time.perf_counter()
-    for batch in batches:
-        task.inference_step(generator, models, batch)
+    hypos = [task.inference_step(generator, models, batch) for batch in batches]
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, sum(len(h[0]["tokens"]) for batch in hypos for h in batch)
 
 
 def measure(args) -> list[dict]:
@@ -80,22 +81,29 @@ def measure(args) -> list[dict]:
             gen_args = argparse.Namespace(beam=beam, max_len_a=args.max_len_a, max_len_b=args.max_len_b)
             runs[beam, name] = (task, task.build_generator(models, gen_args))
     best = {key: float("inf") for key in runs}
+    tokens = {}
     with torch.no_grad():
         for key, (task, generator) in runs.items():  # warm-up
             decode(task, generator, models, batches[:1])
         for _ in range(args.repeats):
             for key, (task, generator) in runs.items():
-                best[key] = min(best[key], decode(task, generator, models, batches))
+                seconds, tokens[key] = decode(task, generator, models, batches)
+                best[key] = min(best[key], seconds)
     rows = []
     for (beam, name), seconds in best.items():
-        rows.append({"beam": beam, "decoding": name, "sentences": n, "seconds": seconds,
-                     "sent_per_s": n / seconds, "ratio": best[beam, "plain beam"] / seconds})
+        plain = (beam, "plain beam")
+        rows.append({"beam": beam, "decoding": name, "sentences": n, "seconds": seconds, "sent_per_s": n / seconds,
+                     "ratio": best[plain] / seconds, "tokens": tokens[beam, name],
+                     "token_ratio": (tokens[beam, name] / seconds) / (tokens[plain] / best[plain])})
     return rows
 
 
 def table(rows: list[dict], command: str) -> str:
-    lines = [f"`{command}`", "", "| beam | decoding | sentences/s | × plain beam |", "|---:|---|---:|---:|"]
-    lines += [f"| {r['beam']} | {r['decoding']} | {r['sent_per_s']:.1f} | {r['ratio']:.2f} |" for r in rows]
+    lines = [f"`{command}`", "",
+             "| beam | decoding | sentences/s | × plain beam | output tokens | tokens/s × plain beam |",
+             "|---:|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['beam']} | {r['decoding']} | {r['sent_per_s']:.1f} | {r['ratio']:.2f} | {r['tokens']} "
+              f"| {r['token_ratio']:.2f} |" for r in rows]
     return "\n".join(lines)
 
 

@@ -72,8 +72,10 @@ def test_topk_at_least_vocab_is_plain_beam_search(toy_data, checkpoint):
 
 def test_masks_compose_with_generation_options(toy_data, checkpoint):
     flags = ["--decoding-topk", "5", "--source-vocab-mask", "--beam", "4", "--nbest", "3", "--lenpen", "1.2",
-             "--no-repeat-ngram-size", "2", "--min-len", "2", "--max-len-b", "6", "--prefix-size", "1", "--unkpen", "1"]
+             "--no-repeat-ngram-size", "2", "--min-len", "2", "--max-len-b", "6", "--prefix-size", "1", "--unkpen", "1",
+             "--print-alignment"]
     out = _generate(toy_data, checkpoint, *flags).stdout
+    assert sum(map(len, output_lines(out, "A").values())) == sum(map(len, output_lines(out, "H").values()))
     sources = {i: s[0] for i, (s,) in output_lines(out, "S").items()}
     targets = {i: t[0] for i, (t,) in output_lines(out, "T").items()}
     for i, hyps in _check(out, sources, flags, nbest=3).items():

@@ -40,17 +40,17 @@ def _sets(member: torch.Tensor, pad: int) -> TokenSets:
     """TokenSets from a bool membership matrix, padded (with ``pad``) in the order a test chooses."""
     width = int(member.sum(-1).max())
     ids = torch.full((*member.shape[:-1], width), pad)
-    valid = torch.zeros(ids.shape, dtype=torch.bool)
+    offset = torch.full(ids.shape, NEG_INF, dtype=torch.float64)
     for index in itertools.product(*map(range, member.shape[:-1])):
         members = member[index].nonzero().flatten().flip(0)  # any order must do
         ids[index][: len(members)] = members
-        valid[index][: len(members)] = True
-    return TokenSets(ids, valid)
+        offset[index][: len(members)] = 0.0
+    return TokenSets(ids, offset)
 
 
 def _kept(got, index) -> set[int]:
     ids = got.ids[index].tolist()
-    return set(ids) if got.valid is None else {i for i, ok in zip(ids, got.valid[index].tolist()) if ok}
+    return set(ids) if got.offset is None else {i for i, o in zip(ids, got.offset[index].tolist()) if o == 0}
 
 
 @pytest.mark.parametrize("k", [0, 1, 3, 7])
@@ -134,12 +134,12 @@ def test_restrict_renormalises_kept_and_respects_generator_edits():
 def test_source_vocab():
     src = torch.tensor([[1, 1, 5, 4, 2], [6, 6, 6, 4, 2]])  # pad=1, eos=2
     got = source_vocab(src, 8, pad=1, always_allowed=[2, 7])
-    assert got.ids.tolist() == [[2, 4, 5, 7], [2, 4, 6, 7]] and got.valid.all()
+    assert got.ids.tolist() == [[2, 4, 5, 7], [2, 4, 6, 7]] and (got.offset == 0).all()
     # separate dictionaries: source id 5 has no target symbol (mapped to pad), 4 -> 3, 6 -> 5
     src_to_tgt = torch.tensor([0, 1, 2, 3, 3, 1, 5])
     got = source_vocab(src[:, 2:], 8, pad=1, always_allowed=[2], src_to_tgt=src_to_tgt)
     assert got.ids.tolist() == [[2, 3, 1], [2, 3, 5]]
-    assert got.valid.tolist() == [[True, True, False], [True, True, True]]
+    assert got.offset.tolist() == [[0, 0, NEG_INF], [0, 0, 0]]
 
 
 # ---------------------------------------------------------------- the search on a scripted decoder

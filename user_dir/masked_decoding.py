@@ -34,15 +34,15 @@ class TokenSets(NamedTuple):
 
     ids: Tensor
     """long ``(..., S)``; padding entries hold the padding token, which fairseq never generates."""
-    valid: Tensor
-    """bool ``(..., S)``: False on padding entries."""
+    offset: Tensor
+    """float ``(..., S)``: 0 on members, -inf on padding (added to scores gathered at ``ids``)."""
 
 
 class Support(NamedTuple):
     """The tokens a masked decoder may choose from at one step, per row."""
 
     ids: Tensor
-    valid: Tensor | None
+    offset: Tensor | None
     """as in ``TokenSets``; ``None`` when every entry is a kept token (a plain top-k)."""
     log_mass: Tensor
     """``(..., 1)``: log of the model probability of the kept tokens (0 where it is zero)."""
@@ -60,22 +60,22 @@ def support(model_lprobs: Tensor, k: int = 0, allowed: TokenSets | None = None) 
         if not 0 < k < model_lprobs.size(-1):
             return None
         values, ids = model_lprobs.topk(k, dim=-1)
-        valid = None
+        offset = None
     else:
         shape = model_lprobs.shape[:-1] + allowed.ids.shape[-1:]
-        ids, valid = allowed.ids.expand(shape), allowed.valid.expand(shape)
-        values = model_lprobs.gather(-1, ids).masked_fill(~valid, -math.inf)
+        ids, offset = allowed.ids.expand(shape), allowed.offset.expand(shape)
+        values = model_lprobs.gather(-1, ids) + offset
         if 0 < k < ids.size(-1):
             values, positions = values.topk(k, dim=-1)
-            ids, valid = ids.gather(-1, positions), valid.gather(-1, positions)
+            ids, offset = ids.gather(-1, positions), offset.gather(-1, positions)
     log_mass = values.logsumexp(dim=-1, keepdim=True)
-    return Support(ids, valid, log_mass.nan_to_num(neginf=0.0))
+    return Support(ids, offset, log_mass.nan_to_num(neginf=0.0))
 
 
 def kept_scores(lprobs: Tensor, kept: Support) -> Tensor:
     """``(..., S)``: the renormalised scores ``lprobs - log p(S)`` of the kept tokens (``-inf`` on padding)."""
     scores = lprobs.gather(-1, kept.ids) - kept.log_mass
-    return scores if kept.valid is None else scores.masked_fill(~kept.valid, -math.inf)
+    return scores if kept.offset is None else scores + kept.offset
 
 
 def restrict(lprobs: Tensor, kept: Support, allowed: TokenSets | None = None, fill: float = -math.inf) -> Tensor:
@@ -104,8 +104,8 @@ def restrict(lprobs: Tensor, kept: Support, allowed: TokenSets | None = None, fi
         rescue = rows > -math.inf
         if allowed is not None:
             shape = kept.ids.shape[:-1] + allowed.ids.shape[-1:]
-            ids, valid = allowed.ids.expand(shape)[stuck], allowed.valid.expand(shape)[stuck]
-            in_set = torch.zeros_like(rescue).scatter_(-1, ids, valid) & rescue
+            ids, member = allowed.ids.expand(shape)[stuck], allowed.offset.expand(shape)[stuck] == 0
+            in_set = torch.zeros_like(rescue).scatter_(-1, ids, member) & rescue
             rescue = torch.where(in_set.any(dim=-1, keepdim=True), in_set, rescue)
         out[stuck] = torch.where(rescue, rows - kept.log_mass[stuck], out[stuck])
     return out
@@ -133,4 +133,5 @@ def source_vocab(
     valid = torch.arange(int(counts.max()), device=member.device) < counts.unsqueeze(1)
     sets = torch.full(valid.shape, pad, dtype=torch.long, device=member.device)
     sets[valid] = member.nonzero()[:, 1]  # both row-major: each row's ids, ascending
-    return TokenSets(sets, valid)
+    offset = torch.zeros(valid.shape, device=member.device).masked_fill_(~valid, -math.inf)
+    return TokenSets(sets, offset)
