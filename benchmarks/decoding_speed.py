@@ -4,10 +4,11 @@
 One checkpoint, one test set, one process: every configuration decodes the same batches through
 the task's own ``build_generator`` / ``inference_step`` (what fairseq-generate calls), without
 process start-up or printing. Configurations are interleaved within each repeat so machine noise
-hits them alike; the time is the minimum over ``--repeats``, and each ratio is against plain beam
-search with the same beam size measured in the same run. Masking changes what is generated, and so
-how many decoder steps a sentence takes: the table also gives the output length (tokens in the best
-hypotheses) and the speed per output token.
+hits them alike (in a shuffled order each time); the time is the minimum over ``--repeats``, and each ratio is against plain beam
+search with the same beam size measured in the same run. Masking changes the scores, and so what is
+generated and how many beam steps a batch takes: the table also gives the output length (tokens in
+the best hypotheses), the number of decoder steps, and the time per step relative to plain beam
+search (the cost of the masking itself).
 
     bash scripts/run_demo.sh                 # makes demo/data-bin and demo/checkpoints
     python benchmarks/decoding_speed.py      # table + PNG in benchmarks/results/
@@ -17,6 +18,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
+import math
+import random
 import sys
 import time
 from pathlib import Path
@@ -59,14 +63,46 @@ def load(args):
 
 
 def decode(task, generator, models, batches) -> tuple[float, int]:
-    """Seconds to decode every batch, and the number of tokens in the best hypotheses."""
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    hypos = [task.inference_step(generator, models, batch) for batch in batches]
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return time.perf_counter() - start, sum(len(h[0]["tokens"]) for batch in hypos for h in batch)
+    """Seconds to decode every batch, and the number of tokens in the best hypotheses.
+    The garbage collector is paused while timing (as ``timeit`` does), so that a collection
+    triggered by one configuration's allocations is not charged to another."""
+    gc.collect()
+    gc.disable()
+    try:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        hypos = [task.inference_step(generator, models, batch) for batch in batches]
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+    finally:
+        gc.enable()
+    return seconds, sum(len(h[0]["tokens"]) for batch in hypos for h in batch)
+
+
+def decoder_steps(task, generator, models, batches) -> int:
+    """Decoder calls (beam steps) over all batches: masking changes the scores, and with them how
+    many steps a batch stays in the beam before every sentence has its finished hypotheses."""
+    calls = 0
+    ensemble = generator.model
+    installed = ensemble.__dict__.get("forward_decoder")  # masked search's observer, if any
+    forward = ensemble.forward_decoder
+
+    def counted(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        return forward(*args, **kwargs)
+
+    ensemble.forward_decoder = counted
+    try:
+        decode(task, generator, models, batches)
+    finally:
+        if installed is None:
+            del ensemble.forward_decoder
+        else:
+            ensemble.forward_decoder = installed
+    return calls
 
 
 def measure(args) -> list[dict]:
@@ -85,25 +121,33 @@ def measure(args) -> list[dict]:
     with torch.no_grad():
         for key, (task, generator) in runs.items():  # warm-up
             decode(task, generator, models, batches[:1])
+        # a small test set is decoded several times per measurement, so that each lasts long
+        # enough (--min-seconds) for the machine's noise to be small against it
+        one_pass, _ = decode(*runs[args.beams[0], "plain beam"], models, batches)
+        passes = max(1, math.ceil(args.min_seconds / one_pass))
+        order, shuffle = list(runs), random.Random(0).shuffle
         for _ in range(args.repeats):
-            for key, (task, generator) in runs.items():
-                seconds, tokens[key] = decode(task, generator, models, batches)
-                best[key] = min(best[key], seconds)
+            shuffle(order)  # no configuration always runs first or last
+            for key in order:
+                task, generator = runs[key]
+                seconds, count = decode(task, generator, models, batches * passes)
+                best[key], tokens[key] = min(best[key], seconds / passes), count // passes
+        steps = {key: decoder_steps(task, generator, models, batches) for key, (task, generator) in runs.items()}
     rows = []
     for (beam, name), seconds in best.items():
         plain = (beam, "plain beam")
         rows.append({"beam": beam, "decoding": name, "sentences": n, "seconds": seconds, "sent_per_s": n / seconds,
-                     "ratio": best[plain] / seconds, "tokens": tokens[beam, name],
-                     "token_ratio": (tokens[beam, name] / seconds) / (tokens[plain] / best[plain])})
+                     "ratio": best[plain] / seconds, "tokens": tokens[beam, name], "steps": steps[beam, name],
+                     "step_time_ratio": (seconds / steps[beam, name]) / (best[plain] / steps[plain])})
     return rows
 
 
 def table(rows: list[dict], command: str) -> str:
     lines = [f"`{command}`", "",
-             "| beam | decoding | sentences/s | × plain beam | output tokens | tokens/s × plain beam |",
-             "|---:|---|---:|---:|---:|---:|"]
+             "| beam | decoding | sentences/s | × plain beam | output tokens | decoder steps | time per step ÷ plain |",
+             "|---:|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['beam']} | {r['decoding']} | {r['sent_per_s']:.1f} | {r['ratio']:.2f} | {r['tokens']} "
-              f"| {r['token_ratio']:.2f} |" for r in rows]
+              f"| {r['steps']} | {r['step_time_ratio']:.2f} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -141,7 +185,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-len-a", type=float, default=0)
     parser.add_argument("--max-len-b", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--min-seconds", type=float, default=0.25,
+                        help="decode the test set as many times as this takes, per measurement")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "decoding_speed",
                         help="writes OUT.md and OUT.png")
@@ -153,7 +199,8 @@ def main() -> None:
     rows = measure(args)
     command = "python benchmarks/decoding_speed.py " + " ".join(sys.argv[1:])
     info = f"{rows[0]['sentences']} sentences, batch {args.batch_size}, {args.device}, {torch.get_num_threads()} threads"
-    text = table(rows, command.strip()) + f"\n\n{info}; minimum of {args.repeats} interleaved runs.\n"
+    text = table(rows, command.strip()) + f"\n\n{info}; minimum of {args.repeats} interleaved runs of at least " \
+        f"{args.min_seconds:g} s each.\n"
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".md").write_text(text)
