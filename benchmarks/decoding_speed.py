@@ -4,11 +4,12 @@
 One checkpoint, one test set, one process: every configuration decodes the same batches through
 the task's own ``build_generator`` / ``inference_step`` (what fairseq-generate calls), without
 process start-up or printing. Configurations are interleaved within each repeat so machine noise
-hits them alike (in a shuffled order each time); the time is the minimum over ``--repeats``, and each ratio is against plain beam
-search with the same beam size measured in the same run. Masking changes the scores, and so what is
-generated and how many beam steps a batch takes: the table also gives the output length (tokens in
-the best hypotheses), the number of decoder steps, and the time per step relative to plain beam
-search (the cost of the masking itself).
+hits them alike (in a shuffled order each time); the time is the minimum over ``--repeats``, and
+each ratio is against plain beam search with the same beam size measured in the same run.
+
+Masking changes the scores, and so what is generated and how many beam steps a batch takes: the
+table also gives the output length (tokens in the best hypotheses), the number of decoder steps,
+and the time per step relative to plain beam search (the cost of the masking itself).
 
     bash scripts/run_demo.sh                 # makes demo/data-bin and demo/checkpoints
     python benchmarks/decoding_speed.py      # table + PNG in benchmarks/results/
@@ -144,7 +145,8 @@ def measure(args) -> list[dict]:
 
 def table(rows: list[dict], command: str) -> str:
     lines = [f"`{command}`", "",
-             "| beam | decoding | sentences/s | × plain beam | output tokens | decoder steps | time per step ÷ plain |",
+             "| beam | decoding | sentences/s | × plain beam | output tokens | decoder steps "
+             "| time per step ÷ plain |",
              "|---:|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['beam']} | {r['decoding']} | {r['sent_per_s']:.1f} | {r['ratio']:.2f} | {r['tokens']} "
               f"| {r['steps']} | {r['step_time_ratio']:.2f} |" for r in rows]
@@ -198,7 +200,8 @@ def main() -> None:
 
     rows = measure(args)
     command = "python benchmarks/decoding_speed.py " + " ".join(sys.argv[1:])
-    info = f"{rows[0]['sentences']} sentences, batch {args.batch_size}, {args.device}, {torch.get_num_threads()} threads"
+    threads = torch.get_num_threads()
+    info = f"{rows[0]['sentences']} sentences, batch {args.batch_size}, {args.device}, {threads} threads"
     text = table(rows, command.strip()) + f"\n\n{info}; minimum of {args.repeats} interleaved runs of at least " \
         f"{args.min_seconds:g} s each.\n"
     print(text)

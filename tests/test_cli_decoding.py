@@ -59,6 +59,18 @@ def test_interactive(mask, toy_data, checkpoint):
     _check(out, dict(enumerate(lines)), MASKS[mask])
 
 
+def test_interactive_empty_source(toy_data, checkpoint, tmp_path):
+    """An empty line allows only EOS under --source-vocab-mask: with --min-len 0 its output is empty."""
+    lines = (toy_data.parent / "raw" / "test.src").read_text().splitlines()[:3]
+    lines.insert(1, "")
+    (tmp_path / "input.txt").write_text("\n".join(lines) + "\n")
+    out = run_cli("fairseq-interactive", toy_data, *USER_DIR, "--task", "sparse_seq2seq", "--path", checkpoint,
+                  "--cpu", "--source-lang", "src", "--target-lang", "tgt", "--beam", "5", "--min-len", "0",
+                  "--source-vocab-mask", "--decoding-topk", "5", "--input", tmp_path / "input.txt").stdout
+    hypotheses = _check(out, dict(enumerate(lines)), ["--source-vocab-mask"])
+    assert hypotheses[1] == [[hypotheses[1][0][0], ""]]
+
+
 def test_topk_at_least_vocab_is_plain_beam_search(toy_data, checkpoint):
     """Identical H/P lines, decoded by stock --task translation without the flag."""
     def scored(out):
@@ -89,6 +101,7 @@ def test_masks_compose_with_generation_options(toy_data, checkpoint):
 
 def test_other_searches_are_refused(toy_data, checkpoint):
     proc = run_cli("fairseq-generate", toy_data, *USER_DIR, "--task", "sparse_seq2seq", "--path", checkpoint, "--cpu",
-                   "--gen-subset", "test", "--sampling", "--beam", "2", "--nbest", "2", "--decoding-topk", "5", check=False)
+                   "--gen-subset", "test", "--sampling", "--beam", "2", "--nbest", "2", "--decoding-topk", "5",
+                   check=False)
     assert proc.returncode != 0
     assert "--decoding-topk / --source-vocab-mask work with plain beam search, not with --sampling" in proc.stderr
