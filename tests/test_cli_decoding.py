@@ -82,6 +82,15 @@ def test_topk_at_least_vocab_is_plain_beam_search(toy_data, checkpoint):
     assert scored(_generate(toy_data, checkpoint, "--beam", "5", "--decoding-topk", "2").stdout) != plain
 
 
+def test_checkpoint_trained_with_stock_translation_task(toy_data, tmp_path):
+    run_cli("fairseq-train", toy_data, *TRAIN_COMMON, "--task", "translation", "--arch", "transformer_tiny",
+            "--criterion", "sparse_softmax", "--max-update", "20", "--save-dir", tmp_path)
+    out = _generate(toy_data, tmp_path / "checkpoint_last.pt", "--beam", "3", "--decoding-topk", "3",
+                    "--source-vocab-mask").stdout
+    sources = {i: s[0] for i, (s,) in output_lines(out, "S").items()}
+    _check(out, sources, ["--source-vocab-mask"])
+
+
 def test_masks_compose_with_generation_options(toy_data, checkpoint):
     flags = ["--decoding-topk", "5", "--source-vocab-mask", "--beam", "4", "--nbest", "3", "--lenpen", "1.2",
              "--no-repeat-ngram-size", "2", "--min-len", "2", "--max-len-b", "6", "--prefix-size", "1", "--unkpen", "1",
