@@ -79,7 +79,7 @@ class MaskedBeamSearch(BeamSearch):
             return super().step(step, lprobs, scores, prev_output_tokens, original_batch_idxs, candidate_multiple)
         if self.fill == -math.inf:
             candidates = kept_scores(lprobs, kept)
-            if not (candidates == -math.inf).all(dim=-1).any():
+            if candidates.amax(dim=-1).min().item() > -math.inf:  # no hypothesis lost all its kept tokens
                 return self._step_on_support(step, candidates, kept.ids, scores, candidate_multiple)
         lprobs = restrict(lprobs, kept, self._allowed, self.fill)
         return super().step(step, lprobs, scores, prev_output_tokens, original_batch_idxs, candidate_multiple)
