@@ -119,6 +119,17 @@ def test_restrict_matches_brute_force(k, fill, with_allowed):
         assert got[b, r].tolist() == pytest.approx(want, abs=1e-12), (b, r)
 
 
+def test_padding_entries_of_token_sets_are_never_kept():
+    # sets of different sizes: row 0 is {2, 3}, padded with id 1; even where the scores at id 1 are
+    # finite (fairseq always sets them to -inf), the padding entry is neither kept nor counted
+    allowed = TokenSets(torch.tensor([[2, 3, 1], [2, 3, 4]]), torch.tensor([[0.0, 0.0, NEG_INF], [0.0, 0.0, 0.0]]))
+    lp = torch.full((2, 5), math.log(0.2))
+    kept = support(lp, 0, allowed)
+    assert kept.log_mass[:, 0].tolist() == pytest.approx([math.log(0.4), math.log(0.6)])
+    out = restrict(lp, kept, allowed)
+    assert out[0].tolist() == pytest.approx([NEG_INF, NEG_INF, math.log(0.5), math.log(0.5), NEG_INF])
+
+
 def test_restrict_renormalises_kept_and_respects_generator_edits():
     lp = torch.tensor([[math.log(0.5), math.log(0.3), math.log(0.2)]], dtype=torch.float64)
     kept = support(lp, 2)
