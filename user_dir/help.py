@@ -1,8 +1,8 @@
 """Print the command-line options the plugin adds: ``python -m user_dir.help [NAME ...]``.
 
 ``fairseq-train --criterion X --help`` cannot show them: fairseq prints help during its first
-argument pass, before it adds any criterion's or model's options (true of fairseq's own criterions
-too). This renders the same options through fairseq's own dataclass-to-argparse code.
+argument pass, before it adds any criterion's, model's or task's options (true of fairseq's own
+criterions too). This renders the same options through fairseq's own dataclass-to-argparse code.
 """
 from __future__ import annotations
 
