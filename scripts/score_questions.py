@@ -1,0 +1,117 @@
+#!/usr/bin/env python
+"""Score generated questions: corpus BLEU-1..4 as the QG papers report them, optional ROUGE-L and sacrebleu.
+
+BLEU follows the coco-caption / qgevalcap scorer used by Du et al. 2017, UniLM and ProphetNet (see
+``scoring/bleu.py``): clipped corpus counts, no smoothing, closest-reference brevity penalty,
+whitespace tokens, no lower-casing unless ``--lowercase``. Two ways to form the scored items:
+
+* per example (default, as UniLM): each hypothesis against its own reference;
+* ``--group-by-source SRC``, as Du et al.'s script: examples with the same source line form one item
+  with all their questions as references, scored against the *last* prediction made for that source.
+
+    python scripts/score_questions.py generate-test.txt --remove-bpe sentencepiece
+    python scripts/score_questions.py pred.txt --refs tgt-test.txt --group-by-source src-test.txt --json scores.json
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from scoring import bleu, report
+from scoring.inputs import InputError, read_lines
+from scoring.rouge import coco_rouge_l
+
+BLEU_NAMES = [f"BLEU-{n}" for n in range(1, bleu.MAX_N + 1)]
+
+
+def group_by_source(hypotheses: list[str], references: list[str], sources: list[str]):
+    """Items keyed by the exact source line, in order of first appearance: (source, example ids, the last
+    hypothesis for it, every reference for it)."""
+    groups: dict[str, list[int]] = {}
+    for index, source in enumerate(sources):
+        groups.setdefault(source, []).append(index)
+    return [(source, ids, hypotheses[ids[-1]], [references[i] for i in ids]) for source, ids in groups.items()]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    report.add_input_arguments(parser)
+    parser.add_argument("--group-by-source", metavar="SRC_FILE",
+                        help="source sentence of each example, one per line: examples sharing a source are "
+                        "scored as one multi-reference item with the last prediction (Du et al. 2017)")
+    parser.add_argument("--lowercase", action="store_true",
+                        help="lower-case hypotheses and references first (the scorer itself does not)")
+    parser.add_argument("--no-rouge-l", dest="rouge_l", action="store_false",
+                        help="skip coco's ROUGE-L (F_beta with beta = 1.2, best precision and recall over refs)")
+    parser.add_argument("--sacrebleu", action="store_true",
+                        help="also print sacrebleu's corpus BLEU (13a tokenisation, exp smoothing; not "
+                        "comparable with the coco numbers) with its signature")
+    args = parser.parse_args(argv)
+    pairs = report.load_or_exit(args, parser)
+    hyps, refs = pairs.hypotheses, pairs.references
+    if args.lowercase:
+        hyps, refs = [h.lower() for h in hyps], [r.lower() for r in refs]
+
+    if args.group_by_source:
+        try:
+            sources = read_lines(args.group_by_source)
+        except InputError as err:
+            parser.exit(2, f"error: {err}\n")
+        if len(sources) != len(hyps):
+            parser.exit(2, f"error: {len(sources)} source lines in {args.group_by_source} for {len(hyps)} "
+                        "examples: the files must have one line per example\n")
+        groups = group_by_source(hyps, refs, sources)
+        item_hyps = [g[2] for g in groups]
+        item_refs = [g[3] for g in groups]
+        keys = [{"source": g[0], "examples": g[1]} for g in groups]
+    else:
+        item_hyps, item_refs = hyps, [[r] for r in refs]
+        keys = [{"example": i} for i in range(len(hyps))]
+
+    stats = bleu.collect_stats(item_hyps, item_refs,
+                               report.progress(zip(item_hyps, item_refs), len(item_hyps), "BLEU"))
+    scores = dict(zip(BLEU_NAMES, bleu.corpus_bleu(stats).tolist()))
+    per_item = [bleu.item_bleu(stats)]
+    names = list(BLEU_NAMES)
+    if args.rouge_l:
+        rouge_l = np.array([coco_rouge_l(h, r) for h, r in
+                            report.progress(zip(item_hyps, item_refs), len(item_hyps), "ROUGE-L")])
+        scores["ROUGE-L"] = float(rouge_l.mean())
+        per_item.append(rouge_l[:, None])
+        names.append("ROUGE-L")
+    per_item = np.concatenate(per_item, axis=1)
+
+    empty = sum(not h.split() for h in item_hyps)
+    result = report.Report(
+        title=f"{args.hypotheses}: BLEU as coco/qgevalcap, "
+        + ("grouped by source (Du et al.)" if args.group_by_source else "per example"),
+        scores=scores,
+        counts={"examples": len(hyps), "scored_items": len(item_hyps), "empty_hypotheses": empty},
+        settings={"hypotheses": args.hypotheses, "references": args.refs or "T- lines",
+                  "group_by_source": args.group_by_source, "lowercase": args.lowercase,
+                  "remove_bpe": args.remove_bpe, "bootstrap": args.bootstrap, "seed": args.seed},
+        per_example=[{**key, **report.percent_rows(names, row)} for key, row in zip(keys, per_item)],
+        notes=list(pairs.notes),
+    )
+    if empty:
+        result.notes.append(f"{empty} empty hypotheses, scored as zero")
+    if args.bootstrap:
+        low, high = report.bootstrap_interval(
+            lambda w: np.concatenate([bleu.corpus_bleu(stats, w), w @ per_item[:, 4:] / len(item_hyps)], axis=1),
+            len(item_hyps), args.bootstrap, args.seed)
+        result.intervals = {name: (float(lo), float(hi)) for name, lo, hi in zip(names, low, high)}
+    if args.sacrebleu:
+        import sacrebleu
+
+        streams = max(len(r) for r in item_refs)
+        ref_streams = [[r[k] if k < len(r) else None for r in item_refs] for k in range(streams)]
+        metric = sacrebleu.BLEU()
+        sacre = metric.corpus_score(item_hyps, ref_streams)
+        result.extra_lines.append(f"sacrebleu: {sacre} ({metric.get_signature()})")
+        result.settings["sacrebleu"] = {"score": sacre.score, "signature": str(metric.get_signature())}
+    result.emit(args.json)
+
+
+if __name__ == "__main__":
+    main()

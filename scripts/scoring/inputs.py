@@ -1,0 +1,185 @@
+"""Reading what is scored: plain text files or a fairseq-generate output, checked line by line.
+
+Every problem is an :class:`InputError` that names the file and line. Nothing is skipped silently:
+the only things dropped are lines a fairseq-generate output has that are not hypotheses or
+references (``S-``/``D-``/``P-`` lines, logs), and extra n-best hypotheses, which are counted.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Subword markers that ``--remove-bpe`` undoes, with fairseq's ``--post-process`` semantics.
+REMOVE_BPE = ("none", "sentencepiece", "subword_nmt")
+
+_FAIRSEQ_LINE = re.compile(r"^([A-Z])-(\d+)\t")
+#: fairseq-generate writes an out-of-vocabulary reference word as this (``escape_unk=True``).
+ESCAPED_UNK = "<<unk>>"
+
+
+class InputError(ValueError):
+    """Bad input, with the file and line it was found at."""
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file without their line endings; refuses a missing, empty or non-UTF-8 file."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise InputError(
+            f"{path}:{line}: not UTF-8 (byte 0x{data[err.start]:02x} at column {column}); "
+            "convert the file to UTF-8 first"
+        ) from None
+    if not text:
+        raise InputError(f"{path}: the file is empty")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def remove_bpe(text: str, scheme: str) -> str:
+    """Undo subword segmentation exactly as fairseq's ``--post-process`` does for the same scheme."""
+    if scheme == "sentencepiece":
+        return text.replace(" ", "").replace("\u2581", " ").strip()
+    if scheme == "subword_nmt":
+        return (text + " ").replace("@@ ", "").rstrip()
+    if scheme == "none":
+        return text
+    raise ValueError(f"--remove-bpe: unknown scheme {scheme!r}; expected one of {', '.join(REMOVE_BPE)}")
+
+
+def is_fairseq_output(lines: list[str]) -> bool:
+    """True when the file looks like fairseq-generate/-interactive output (it has ``H-<id>`` lines)."""
+    return any(line.startswith("H-") and _FAIRSEQ_LINE.match(line) for line in lines)
+
+
+@dataclass
+class FairseqOutput:
+    """Hypotheses (``H-``) and references (``T-``) of a fairseq-generate output, in sentence-id order."""
+
+    hypotheses: list[str]
+    references: list[str] | None
+    extra_hypotheses: int = 0  # n-best hypotheses after the first of each sentence, not scored
+    escaped_unk_references: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def parse_fairseq_output(path: str | Path, lines: list[str]) -> FairseqOutput:
+    """Collect ``H-`` and ``T-`` lines by sentence id and check that ids 0..N-1 are all there.
+
+    fairseq prints sentences in batch (length) order, and a dropped batch would leave a gap in the
+    ids; a gap, a duplicated ``T-`` line or a malformed ``H-`` line is an error naming the line.
+    """
+    hyps: dict[int, str] = {}
+    refs: dict[int, str] = {}
+    extra = 0
+    for number, line in enumerate(lines, 1):
+        match = _FAIRSEQ_LINE.match(line)
+        if not match:
+            continue
+        kind, sid = match.group(1), int(match.group(2))
+        if kind == "H":
+            parts = line.split("\t", 2)
+            if len(parts) != 3:
+                raise InputError(f"{path}:{number}: expected 'H-<id><TAB><score><TAB><text>', got {line!r}")
+            if sid in hyps:
+                extra += 1  # --nbest > 1: fairseq prints the best hypothesis first
+            else:
+                hyps[sid] = parts[2]
+        elif kind == "T":
+            if sid in refs:
+                raise InputError(f"{path}:{number}: a second T-{sid} line")
+            refs[sid] = line.split("\t", 1)[1]
+    count = len(hyps)
+    _check_ids(path, "H-", hyps, count)
+    output = FairseqOutput([hyps[i] for i in range(count)], None, extra_hypotheses=extra)
+    if refs:
+        _check_ids(path, "T-", refs, count)
+        if refs.keys() != hyps.keys():
+            raise InputError(f"{path}: {len(refs)} T- lines for {count} H- lines")
+        output.references = [refs[i] for i in range(count)]
+        output.escaped_unk_references = sum(ESCAPED_UNK in ref for ref in output.references)
+    if extra:
+        output.notes.append(f"{extra} n-best hypotheses after the first of each sentence were not scored")
+    if output.escaped_unk_references:
+        output.notes.append(
+            f"{output.escaped_unk_references} T- references contain fairseq's {ESCAPED_UNK} for an "
+            "out-of-vocabulary word: pass the original references with --refs for exact scores"
+        )
+    return output
+
+
+def _check_ids(path: str | Path, kind: str, entries: dict[int, str], count: int) -> None:
+    missing = sorted(set(range(count)) - entries.keys())
+    beyond = sorted(i for i in entries if i >= count)
+    if missing or beyond:
+        shown = ", ".join(map(str, (missing or beyond)[:10]))
+        more = "..." if len(missing or beyond) > 10 else ""
+        raise InputError(
+            f"{path}: the {kind} lines have ids up to {max(entries)} but {len(missing)} ids are missing "
+            f"({shown}{more}); was a sentence dropped or the output cut short?"
+        )
+
+
+@dataclass
+class Pairs:
+    """Hypotheses and their references, one list entry per example, plus what was noted on the way."""
+
+    hypotheses: list[str]
+    references: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def empty_hypotheses(self) -> int:
+        return sum(not hyp.split() for hyp in self.hypotheses)
+
+
+def load_pairs(hyp_path: str | Path, ref_path: str | Path | None, *, fmt: str = "auto",
+               bpe: str = "none") -> Pairs:
+    """Hypotheses from a plain text file or a fairseq-generate output, references from a file or ``T-`` lines.
+
+    ``bpe`` is undone on what the model produced (hypotheses and ``T-`` lines, which fairseq prints with
+    the same post-processing); a ``--refs`` file is taken as it is. Empty references are refused: an
+    example without a reference cannot be scored. Empty hypotheses are kept and score zero.
+    """
+    if fmt not in ("auto", "text", "fairseq"):
+        raise ValueError(f"--format: expected auto, text or fairseq, got {fmt!r}")
+    lines = read_lines(hyp_path)
+    notes: list[str] = []
+    ref_path_used: str | Path = ref_path if ref_path is not None else hyp_path
+    if fmt == "fairseq" or (fmt == "auto" and is_fairseq_output(lines)):
+        parsed = parse_fairseq_output(hyp_path, lines)
+        if not parsed.hypotheses:
+            raise InputError(f"{hyp_path}: no H- lines")
+        hyps = [remove_bpe(h, bpe) for h in parsed.hypotheses]
+        notes += parsed.notes
+        if ref_path is None:
+            if parsed.references is None:
+                raise InputError(f"{hyp_path}: no T- lines (run fairseq-generate on data with targets) and no --refs")
+            refs = [remove_bpe(r, bpe) for r in parsed.references]
+            ref_label = "T- line of id"
+        else:
+            refs, ref_label = read_lines(ref_path), "line"
+    else:
+        if ref_path is None:
+            raise InputError(f"{hyp_path}: plain text hypotheses need --refs")
+        hyps = [remove_bpe(h, bpe) for h in lines]
+        refs, ref_label = read_lines(ref_path), "line"
+    if len(hyps) != len(refs):
+        raise InputError(
+            f"{len(hyps)} hypotheses in {hyp_path} but {len(refs)} references in {ref_path_used}: "
+            "the files must have one line per example"
+        )
+    for index, ref in enumerate(refs):
+        if not ref.split():
+            where = index if ref_label != "line" else index + 1
+            raise InputError(f"{ref_path_used}: {ref_label} {where}: empty reference")
+    return Pairs(hyps, refs, notes)
