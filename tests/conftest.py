@@ -12,6 +12,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the fairseq-* console scripts of the interpreter running the tests
 N_TEST = 30  # not a multiple of 8: fairseq's default --required-batch-size-multiple would drop lines
+SHARED_DATA = ROOT.parent / "shared" / "data"  # real data, present on the project's machines only
+# The scoring library lives beside the scripts that use it (scripts/scoring); make it importable.
+sys.path.insert(0, str(ROOT / "scripts"))
 
 
 def run_cli(*args: str, cwd: Path = ROOT, check: bool = True) -> subprocess.CompletedProcess:
@@ -69,3 +72,12 @@ TRAIN_COMMON = (
     "--log-format", "json", "--log-interval", "1", "--seed", "3", "--no-epoch-checkpoints",
     "--dropout", "0.0", "--num-workers", "0",
 )
+
+
+@pytest.fixture(scope="session")
+def checkpoint(toy_data, tmp_path_factory) -> Path:
+    """A transformer_tiny trained 150 updates with --task sparse_seq2seq and sparse_softmax on the toy corpus."""
+    save_dir = tmp_path_factory.mktemp("sparse_seq2seq")
+    run_cli("fairseq-train", toy_data, *TRAIN_COMMON, "--task", "sparse_seq2seq", "--arch", "transformer_tiny",
+            "--criterion", "sparse_softmax", "--sparse-topk", "5", "--max-update", "150", "--save-dir", save_dir)
+    return save_dir / "checkpoint_last.pt"

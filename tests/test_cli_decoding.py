@@ -2,8 +2,6 @@
 fairseq-interactive with the masking flags, on the toy corpus (every target word occurs in its source)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from conftest import N_TEST, ROOT, TRAIN_COMMON, output_lines, run_cli
@@ -15,14 +13,6 @@ MASKS = {
     "topk+source": ["--decoding-topk", "5", "--source-vocab-mask"],
     "topk<beam, finite fill": ["--decoding-topk", "3", "--decoding-mask-fill", "-10000"],
 }
-
-
-@pytest.fixture(scope="module")
-def checkpoint(toy_data, tmp_path_factory) -> Path:
-    save_dir = tmp_path_factory.mktemp("sparse_seq2seq")
-    run_cli("fairseq-train", toy_data, *TRAIN_COMMON, "--task", "sparse_seq2seq", "--arch", "transformer_tiny",
-            "--criterion", "sparse_softmax", "--sparse-topk", "5", "--max-update", "150", "--save-dir", save_dir)
-    return save_dir / "checkpoint_last.pt"
 
 
 def _generate(data, checkpoint, *flags, task="sparse_seq2seq"):

@@ -98,13 +98,14 @@ def parse_fairseq_output(path: str | Path, lines: list[str]) -> FairseqOutput:
             if sid in refs:
                 raise InputError(f"{path}:{number}: a second T-{sid} line")
             refs[sid] = line.split("\t", 1)[1]
-    count = len(hyps)
+    count = max(hyps, default=-1) + 1
     _check_ids(path, "H-", hyps, count)
     output = FairseqOutput([hyps[i] for i in range(count)], None, extra_hypotheses=extra)
     if refs:
         _check_ids(path, "T-", refs, count)
-        if refs.keys() != hyps.keys():
-            raise InputError(f"{path}: {len(refs)} T- lines for {count} H- lines")
+        orphans = sorted(refs.keys() - hyps.keys())
+        if orphans:
+            raise InputError(f"{path}: T- lines for ids without an H- line ({', '.join(map(str, orphans[:10]))})")
         output.references = [refs[i] for i in range(count)]
         output.escaped_unk_references = sum(ESCAPED_UNK in ref for ref in output.references)
     if extra:
@@ -119,13 +120,11 @@ def parse_fairseq_output(path: str | Path, lines: list[str]) -> FairseqOutput:
 
 def _check_ids(path: str | Path, kind: str, entries: dict[int, str], count: int) -> None:
     missing = sorted(set(range(count)) - entries.keys())
-    beyond = sorted(i for i in entries if i >= count)
-    if missing or beyond:
-        shown = ", ".join(map(str, (missing or beyond)[:10]))
-        more = "..." if len(missing or beyond) > 10 else ""
+    if missing:
+        shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
         raise InputError(
-            f"{path}: the {kind} lines have ids up to {max(entries)} but {len(missing)} ids are missing "
-            f"({shown}{more}); was a sentence dropped or the output cut short?"
+            f"{path}: {len(missing)} of the sentence ids 0..{count - 1} have no {kind} line ({shown}); "
+            "was a sentence dropped or the output cut short?"
         )
 
 
