@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job end to end on the bundled toy corpus: set up -> prepare -> fairseq-train with
-# sparse_softmax -> fairseq-generate with masked decoding -> check and plot. Everything goes to ./demo (or $1).
+# sparse_softmax -> fairseq-generate with masked decoding -> score and plot. Everything goes to ./demo (or $1).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$(realpath -m "${1:-$root/demo}")"
@@ -31,11 +31,7 @@ fairseq-generate "$out/data-bin" --user-dir user_dir --task sparse_seq2seq --cpu
     --beam 5 --decoding-topk 5 --batch-size 64 --gen-subset test > "$out/generate.txt"
 tail -n 1 "$out/generate.txt"
 
-echo "== 4/4 check and plot"
-expected=$(wc -l < "$out/raw/test.src")
-got=$(grep -c '^H-' "$out/generate.txt")
-[[ "$got" == "$expected" ]] || { echo "error: $got hypotheses for $expected test sentences" >&2; exit 1; }
-exact=$(paste <(grep '^H-' "$out/generate.txt" | sort -t- -k2 -n | cut -f3) \
-              <(grep '^T-' "$out/generate.txt" | sort -t- -k2 -n | cut -f2) | awk -F'\t' '$1==$2' | wc -l)
-echo "hypotheses: $got of $expected test sentences; exact matches: $exact"
+echo "== 4/4 score (every test sentence must have its hypothesis) and plot"
+python scripts/score_summaries.py "$out/generate.txt" --refs "$out/raw/test.tgt" --json "$out/rouge.json"
+python scripts/score_questions.py "$out/generate.txt" --refs "$out/raw/test.tgt" --json "$out/bleu.json"
 python scripts/plot_training_log.py "$out/train.log" --out "$out/loss_curve.png"

@@ -25,13 +25,12 @@ from scoring.rouge import coco_rouge_l
 BLEU_NAMES = [f"BLEU-{n}" for n in range(1, bleu.MAX_N + 1)]
 
 
-def group_by_source(hypotheses: list[str], references: list[str], sources: list[str]):
-    """Items keyed by the exact source line, in order of first appearance: (source, example ids, the last
-    hypothesis for it, every reference for it)."""
+def group_by_source(sources: list[str]) -> dict[str, list[int]]:
+    """Example ids per exact source line (Du et al. key on the line as it is), in order of first appearance."""
     groups: dict[str, list[int]] = {}
     for index, source in enumerate(sources):
         groups.setdefault(source, []).append(index)
-    return [(source, ids, hypotheses[ids[-1]], [references[i] for i in ids]) for source, ids in groups.items()]
+    return groups
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -61,10 +60,10 @@ def main(argv: list[str] | None = None) -> None:
         if len(sources) != len(hyps):
             parser.exit(2, f"error: {len(sources)} source lines in {args.group_by_source} for {len(hyps)} "
                         "examples: the files must have one line per example\n")
-        groups = group_by_source(hyps, refs, sources)
-        item_hyps = [g[2] for g in groups]
-        item_refs = [g[3] for g in groups]
-        keys = [{"source": g[0], "examples": g[1]} for g in groups]
+        groups = group_by_source(sources)
+        item_hyps = [hyps[ids[-1]] for ids in groups.values()]  # the last prediction wins, as in Du et al.
+        item_refs = [[refs[i] for i in ids] for ids in groups.values()]
+        keys = [{"source": source, "examples": ids} for source, ids in groups.items()]
     else:
         item_hyps, item_refs = hyps, [[r] for r in refs]
         keys = [{"example": i} for i in range(len(hyps))]
@@ -98,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         result.notes.append(f"{empty} empty hypotheses, scored as zero")
     if args.bootstrap:
         low, high = report.bootstrap_interval(
-            lambda w: np.concatenate([bleu.corpus_bleu(stats, w), w @ per_item[:, 4:] / len(item_hyps)], axis=1),
+            lambda w: np.concatenate([bleu.corpus_bleu(stats, w), w @ per_item[:, bleu.MAX_N:] / len(item_hyps)], axis=1),
             len(item_hyps), args.bootstrap, args.seed)
         result.intervals = {name: (float(lo), float(hi)) for name, lo, hi in zip(names, low, high)}
     if args.sacrebleu:
