@@ -33,6 +33,23 @@ def group_by_source(sources: list[str]) -> dict[str, list[int]]:
     return groups
 
 
+def scored_items(args: argparse.Namespace, parser: argparse.ArgumentParser, hyps: list[str], refs: list[str]):
+    """(hypothesis, references, JSON key) per scored item: one per example, or one per source line."""
+    if not args.group_by_source:
+        return hyps, [[r] for r in refs], [{"example": i} for i in range(len(hyps))]
+    try:
+        sources = read_lines(args.group_by_source)
+    except InputError as err:
+        parser.exit(2, f"error: {err}\n")
+    if len(sources) != len(hyps):
+        parser.exit(2, f"error: {len(sources)} source lines in {args.group_by_source} for {len(hyps)} "
+                    "examples: the files must have one line per example\n")
+    groups = group_by_source(sources)
+    item_hyps = [hyps[ids[-1]] for ids in groups.values()]  # the last prediction wins, as in Du et al.
+    item_refs = [[refs[i] for i in ids] for ids in groups.values()]
+    return item_hyps, item_refs, [{"source": source, "examples": ids} for source, ids in groups.items()]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     report.add_input_arguments(parser)
@@ -52,22 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.lowercase:
         hyps, refs = [h.lower() for h in hyps], [r.lower() for r in refs]
 
-    if args.group_by_source:
-        try:
-            sources = read_lines(args.group_by_source)
-        except InputError as err:
-            parser.exit(2, f"error: {err}\n")
-        if len(sources) != len(hyps):
-            parser.exit(2, f"error: {len(sources)} source lines in {args.group_by_source} for {len(hyps)} "
-                        "examples: the files must have one line per example\n")
-        groups = group_by_source(sources)
-        item_hyps = [hyps[ids[-1]] for ids in groups.values()]  # the last prediction wins, as in Du et al.
-        item_refs = [[refs[i] for i in ids] for ids in groups.values()]
-        keys = [{"source": source, "examples": ids} for source, ids in groups.items()]
-    else:
-        item_hyps, item_refs = hyps, [[r] for r in refs]
-        keys = [{"example": i} for i in range(len(hyps))]
-
+    item_hyps, item_refs, keys = scored_items(args, parser, hyps, refs)
     stats = bleu.collect_stats(item_hyps, item_refs,
                                report.progress(zip(item_hyps, item_refs), len(item_hyps), "BLEU"))
     scores = dict(zip(BLEU_NAMES, bleu.corpus_bleu(stats).tolist()))
@@ -81,25 +83,21 @@ def main(argv: list[str] | None = None) -> None:
         names.append("ROUGE-L")
     per_item = np.concatenate(per_item, axis=1)
 
-    empty = sum(not h.split() for h in item_hyps)
     result = report.Report(
         title=f"{args.hypotheses}: BLEU as coco/qgevalcap, "
         + ("grouped by source (Du et al.)" if args.group_by_source else "per example"),
         scores=scores,
-        counts={"examples": len(hyps), "scored_items": len(item_hyps), "empty_hypotheses": empty},
-        settings={"hypotheses": args.hypotheses, "references": args.refs or "T- lines",
-                  "group_by_source": args.group_by_source, "lowercase": args.lowercase,
-                  "remove_bpe": args.remove_bpe, "bootstrap": args.bootstrap, "seed": args.seed},
+        counts={"examples": len(hyps), "scored_items": len(item_hyps),
+                "empty_hypotheses": sum(not h.split() for h in item_hyps)},
+        settings={**report.common_settings(args), "group_by_source": args.group_by_source,
+                  "lowercase": args.lowercase},
         per_example=[{**key, **report.percent_rows(names, row)} for key, row in zip(keys, per_item)],
         notes=list(pairs.notes),
     )
-    if empty:
-        result.notes.append(f"{empty} empty hypotheses, scored as zero")
-    if args.bootstrap:
-        low, high = report.bootstrap_interval(
-            lambda w: np.concatenate([bleu.corpus_bleu(stats, w), w @ per_item[:, bleu.MAX_N:] / len(item_hyps)], axis=1),
-            len(item_hyps), args.bootstrap, args.seed)
-        result.intervals = {name: (float(lo), float(hi)) for name, lo, hi in zip(names, low, high)}
+    # Corpus BLEU from the resampled counts; ROUGE-L is a mean of per-item scores.
+    result.add_bootstrap(lambda w: np.concatenate(
+        [bleu.corpus_bleu(stats, w), w @ per_item[:, bleu.MAX_N:] / len(item_hyps)], axis=1),
+        len(item_hyps), args.bootstrap, args.seed)
     if args.sacrebleu:
         import sacrebleu
 

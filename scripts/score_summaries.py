@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from scoring import report
 from scoring.rouge import ROUGE_TYPES, postprocess, rouge_scores
 
@@ -54,24 +52,17 @@ def main(argv: list[str] | None = None) -> None:
     names = [f"{DISPLAY[t]} {PARTS[p]}" if args.precision_recall else DISPLAY[t] for t in types for p in parts]
     columns = per_example[:, :, list(parts)].reshape(len(hyps), -1)  # one column per reported name
 
-    empty = pairs.empty_hypotheses
     result = report.Report(
         title=f"{args.hypotheses}: rouge-score, {'Porter stemmer' if args.stemmer else 'no stemmer'}, "
         "mean of per-example scores",
         scores=dict(zip(names, columns.mean(axis=0).tolist())),
-        counts={"examples": len(hyps), "empty_hypotheses": empty},
-        settings={"hypotheses": args.hypotheses, "references": args.refs or "T- lines", "rouge_types": types,
-                  "stemmer": args.stemmer, "lowercase": args.lowercase, "map_unk": args.map_unk,
-                  "digits_to_hash": args.digits_to_hash, "remove_bpe": args.remove_bpe,
-                  "bootstrap": args.bootstrap, "seed": args.seed},
+        counts={"examples": len(hyps), "empty_hypotheses": pairs.empty_hypotheses},
+        settings={**report.common_settings(args), "rouge_types": types, "stemmer": args.stemmer,
+                  "lowercase": args.lowercase, "map_unk": args.map_unk, "digits_to_hash": args.digits_to_hash},
         per_example=[{"example": i, **report.percent_rows(names, row)} for i, row in enumerate(columns)],
         notes=list(pairs.notes),
     )
-    if empty:
-        result.notes.append(f"{empty} empty hypotheses, scored as zero")
-    if args.bootstrap:
-        low, high = report.bootstrap_interval(lambda w: w @ columns / len(hyps), len(hyps), args.bootstrap, args.seed)
-        result.intervals = {name: (float(lo), float(hi)) for name, lo, hi in zip(names, low, high)}
+    result.add_bootstrap(lambda w: w @ columns / len(hyps), len(hyps), args.bootstrap, args.seed)
     result.emit(args.json)
 
 

@@ -81,6 +81,17 @@ class Report:
     notes: list[str] = field(default_factory=list)
     extra_lines: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        if self.counts.get("empty_hypotheses"):
+            self.notes.append(f"{self.counts['empty_hypotheses']} empty hypotheses, scored as zero")
+
+    def add_bootstrap(self, statistic: Callable[[np.ndarray], np.ndarray], items: int, resamples: int,
+                      seed: int) -> None:
+        """Intervals for every score; ``statistic(weights)`` gives the scores' columns in their order."""
+        if resamples:
+            low, high = bootstrap_interval(statistic, items, resamples, seed)
+            self.intervals = {name: (float(lo), float(hi)) for name, lo, hi in zip(self.scores, low, high)}
+
     def table(self) -> str:
         width = max(len(name) for name in self.scores)
         ci = bool(self.intervals)
@@ -118,6 +129,12 @@ class Report:
         else:
             with open(json_path, "w", encoding="utf-8") as f:
                 f.write(text + "\n")
+
+
+def common_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The settings of ``add_input_arguments`` as they go into the JSON."""
+    return {"hypotheses": args.hypotheses, "references": args.refs or "T- lines", "format": args.format,
+            "remove_bpe": args.remove_bpe, "bootstrap": args.bootstrap, "seed": args.seed}
 
 
 def percent_rows(names: Sequence[str], values: np.ndarray) -> dict[str, float]:
