@@ -17,7 +17,7 @@ import argparse
 from scoring import report
 from scoring.rouge import ROUGE_TYPES, postprocess, rouge_scores
 
-DISPLAY = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "rougeLsum": "ROUGE-Lsum"}
+DISPLAY = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L"}
 PARTS = ("P", "R", "F1")
 
 

@@ -155,8 +155,8 @@ def test_summaries_options(tmp_path):
     assert plain["scores"]["ROUGE-1 P"] == pytest.approx(500 / 6)
     assert plain["scores"]["ROUGE-1 R"] == pytest.approx(100)
     mapped = score_json("score_summaries.py", hyp, "--refs", ref, "--lowercase", "--map-unk", "--digits-to-hash",
-                        "--rouge-types", "rouge1,rougeLsum")
-    assert mapped["scores"] == {"ROUGE-1": pytest.approx(100), "ROUGE-Lsum": pytest.approx(100)}
+                        "--rouge-types", "rouge1,rougeL")
+    assert mapped["scores"] == {"ROUGE-1": pytest.approx(100), "ROUGE-L": pytest.approx(100)}
     proc = score("score_summaries.py", hyp, "--refs", ref, "--rouge-types", "rouge3", check=False)
     assert proc.returncode == 2 and "--rouge-types: unknown ['rouge3']" in proc.stderr
 

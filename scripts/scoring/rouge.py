@@ -15,7 +15,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+# rougeLsum is left out: it splits a summary into sentences at newlines, and ours are one line each,
+# so it would always equal rougeL.
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 COCO_BETA = 1.2
 _DIGIT = re.compile(r"\d")
 
@@ -72,11 +74,11 @@ def rouge_scores(hypotheses: Sequence[str], references: Sequence[str], rouge_typ
 
 
 def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
-    """Length of the longest common subsequence, bit-parallel over ``b`` (Allison–Dix / Hyyrö).
+    """Length of the longest common subsequence, bit-parallel over ``b`` (Allison–Dix / Hyyrö 2004).
 
-    Bit ``j`` of ``row`` is 0 where the LCS of the prefix of ``a`` seen so far with ``b[:j+1]`` grew
-    at position ``j``; the zero count is the LCS length. One big-int update per token of ``a``
-    instead of ``len(a) × len(b)`` table cells.
+    ``row`` is one row of the LCS table in difference form, one bit per token of ``b``: a 0 bit marks a
+    column where the LCS length steps up, so the number of 0 bits is the LCS length. Each token of ``a``
+    updates the whole row with one addition, instead of ``len(b)`` table cells.
     """
     matches: dict[str, int] = {}
     for j, token in enumerate(b):
