@@ -12,6 +12,8 @@ from pathlib import Path
 
 #: Subword markers that ``--remove-bpe`` undoes, with fairseq's ``--post-process`` semantics.
 REMOVE_BPE = ("none", "sentencepiece", "subword_nmt")
+#: How a hypothesis file is read; auto = fairseq-generate output when it has ``H-<id>`` lines.
+FORMATS = ("auto", "text", "fairseq")
 
 _FAIRSEQ_LINE = re.compile(r"^([A-Z])-(\d+)\t")
 #: fairseq-generate writes an out-of-vocabulary reference word as this (``escape_unk=True``).
@@ -149,8 +151,8 @@ def load_pairs(hyp_path: str | Path, ref_path: str | Path | None, *, fmt: str = 
     the same post-processing); a ``--refs`` file is taken as it is. Empty references are refused: an
     example without a reference cannot be scored. Empty hypotheses are kept and score zero.
     """
-    if fmt not in ("auto", "text", "fairseq"):
-        raise ValueError(f"--format: expected auto, text or fairseq, got {fmt!r}")
+    if fmt not in FORMATS:
+        raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
     lines = read_lines(hyp_path)
     notes: list[str] = []
     ref_path_used: str | Path = ref_path if ref_path is not None else hyp_path

@@ -9,7 +9,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .inputs import REMOVE_BPE, InputError, Pairs, load_pairs
+from .inputs import FORMATS, REMOVE_BPE, InputError, Pairs, load_pairs
 
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,7 +18,7 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                         "output (its H- lines, sorted by sentence id)")
     parser.add_argument("--refs", metavar="FILE", help="references, one per line, aligned with the "
                         "hypotheses; default: the T- lines of a fairseq-generate output")
-    parser.add_argument("--format", choices=("auto", "text", "fairseq"), default="auto",
+    parser.add_argument("--format", choices=FORMATS, default="auto",
                         help="how to read HYPOTHESES; auto = fairseq-generate output if it has H-<id> lines "
                         "(default: %(default)s)")
     parser.add_argument("--remove-bpe", choices=REMOVE_BPE, default="none",
