@@ -1,0 +1,141 @@
+#!/usr/bin/env python
+"""Gigaword headline generation → text splits, test references and a fairseq data-bin.
+
+Input, auto-detected (or ``--input-format``):
+
+* harvardnlp sumdata: ``train.article.txt`` / ``train.title.txt`` and ``valid.article.filter.txt`` /
+  ``valid.title.filter.txt`` (in INPUT or INPUT/train), test ``Giga/input.txt`` / ``Giga/task1_ref0.txt``
+  (INPUT/Giga or beside INPUT): 3.8M / 189k / 1,951 pairs;
+* UniLM: ``{train,dev,test}.{src,tgt}.txt`` (in INPUT or INPUT/org_data), the same text.
+
+Output in OUT: ``{train,valid,test}.{src,tgt}`` (whitespace-normalised text), ``test.ref`` (the test
+references exactly as read, for ``scripts/score_summaries.py --refs``), ``spm.model`` + ``dict.txt``,
+``{split}.spm.{src,tgt}`` and ``data-bin/`` (``fairseq-preprocess --joined-dictionary``), and
+``prep_summary.json`` with the counts printed at the end.
+
+Unknown words: the data writes rare words as ``UNK`` (digits as ``#``). ``UNK`` stays an ordinary word
+that the model learns to copy, so its output can be scored against the references as they are. A
+literal ``<unk>`` in the input would become fairseq's unknown symbol (and come back as ``<unk>``), so
+it is rewritten to ``--unk-token`` and counted.
+
+    python data-prep/prepare_gigaword.py sumdata/ data/giga                      # full data
+    python data-prep/prepare_gigaword.py org_data/ data/giga10k --train-subset 10000
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from preplib import binarize
+from preplib.textio import PairWriter, PrepError, SplitCounts, normalize, read_parallel, require_file, truncate
+
+#: split → (source, target) file names, relative to the input folder, per input format.
+HARVARD = {"train": ("train.article.txt", "train.title.txt"),
+           "valid": ("valid.article.filter.txt", "valid.title.filter.txt"),
+           "test": ("Giga/input.txt", "Giga/task1_ref0.txt")}
+UNILM = {"train": ("train.src.txt", "train.tgt.txt"), "valid": ("dev.src.txt", "dev.tgt.txt"),
+         "test": ("test.src.txt", "test.tgt.txt")}
+
+
+def find_files(root: Path, fmt: str) -> tuple[str, dict[str, tuple[Path, Path]]]:
+    """(format, split → (source, target) paths). harvardnlp's tar puts train/ and Giga/ side by side;
+    either folder may be given, as may UniLM's org_data/ or its parent."""
+    harvard_dirs = [d for d in (root, root / "train") if (d / HARVARD["train"][0]).is_file()]
+    unilm_dirs = [d for d in (root, root / "org_data") if (d / UNILM["train"][0]).is_file()]
+    if fmt == "auto":
+        found = (["harvard"] if harvard_dirs else []) + (["unilm"] if unilm_dirs else [])
+        if len(found) != 1:
+            raise PrepError(
+                f"{root}: cannot tell the input format ({'both' if found else 'neither'} of "
+                f"harvardnlp's {HARVARD['train'][0]} and UniLM's {UNILM['train'][0]} found, looked in "
+                f"{root}, {root / 'train'}, {root / 'org_data'}); name it with --input-format"
+            )
+        fmt = found[0]
+    if fmt == "unilm":
+        base = unilm_dirs[0] if unilm_dirs else root
+        return fmt, {split: (base / s, base / t) for split, (s, t) in UNILM.items()}
+    base = harvard_dirs[0] if harvard_dirs else root
+    giga_parent = next((d for d in (base, base.parent) if (d / "Giga").is_dir()), base)
+    files = {split: (base / s, base / t) for split, (s, t) in HARVARD.items() if split != "test"}
+    files["test"] = tuple(giga_parent / name for name in HARVARD["test"])
+    return fmt, files
+
+
+def clean(text: str, unk_token: str, counts: SplitCounts) -> str:
+    text = normalize(text)
+    if "<unk>" in text:
+        counts.edited[f"<unk> written as {unk_token}"] += text.count("<unk>")
+        text = text.replace("<unk>", unk_token)
+    return text
+
+
+def prepare_split(split: str, src: Path, tgt: Path, out: Path, args: argparse.Namespace) -> SplitCounts:
+    counts = SplitCounts()
+    limit = args.train_subset if split == "train" else None
+    refs = open(out / "test.ref", "w", encoding="utf-8") if split == "test" else None
+    with PairWriter(out / split, counts) as writer:
+        pairs = read_parallel(src, tgt, counts, skip_invalid=args.skip_invalid)
+        for source, target in tqdm(pairs, desc=split, unit=" pairs", total=limit, disable=None, mininterval=1):
+            if refs is not None:
+                refs.write(target + "\n")  # the reference as read, for scoring
+            source = truncate(clean(source, args.unk_token, counts), args.max_source_tokens, counts, "source")
+            target = clean(target, args.unk_token, counts)
+            if split != "test":
+                target = truncate(target, args.max_target_tokens, counts, "target")
+            writer.write(source, target)
+            if limit is not None and counts.written == limit:
+                break
+    if refs is not None:
+        refs.close()
+    if limit is not None and counts.written < limit:
+        raise PrepError(f"--train-subset {limit}: {src} has only {counts.written} usable pairs")
+    return counts
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("input", type=Path, help="harvardnlp sumdata folder (or its train/) or UniLM org_data/")
+    parser.add_argument("out", type=Path, help="output folder")
+    parser.add_argument("--input-format", choices=("auto", "harvard", "unilm"), default="auto",
+                        help="the layout of INPUT (default: %(default)s = whichever is found)")
+    parser.add_argument("--train-subset", type=int, metavar="N",
+                        help="keep the first N training pairs (10000 = UniLM's Gigaword-10k train.*.10k)")
+    parser.add_argument("--max-source-tokens", type=int, metavar="N",
+                        help="truncate articles to N whitespace tokens (every split; counted)")
+    parser.add_argument("--max-target-tokens", type=int, metavar="N",
+                        help="truncate training/validation titles to N tokens (counted; test references never)")
+    parser.add_argument("--unk-token", default="UNK", help="what a literal <unk> in the input is written as "
+                        "(default: %(default)s, the data's own spelling)")
+    parser.add_argument("--skip-invalid", action="store_true",
+                        help="skip pairs with an empty or non-UTF-8 side (counted and reported) instead of "
+                        "stopping at the first one")
+    binarize.add_arguments(parser)
+    args = parser.parse_args(argv)
+    for name in ("train_subset", "max_source_tokens", "max_target_tokens"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')}: expected a positive number, got {value}")
+    try:
+        fmt, files = find_files(args.input, args.input_format)
+        for split, (src, tgt) in files.items():
+            require_file(src, f"{fmt} {split} source")
+            require_file(tgt, f"{fmt} {split} target")
+        args.out.mkdir(parents=True, exist_ok=True)
+        counts = {split: prepare_split(split, src, tgt, args.out, args) for split, (src, tgt) in files.items()}
+        summary = {"input": str(args.input), "input_format": fmt,
+                   "splits": {split: c.as_dict() for split, c in counts.items()}}
+        for split, c in counts.items():
+            print(c.summary(split), file=sys.stderr)
+        summary.update(binarize.run_from_args(args, list(files)))
+    except PrepError as err:
+        parser.exit(2, f"error: {err}\n")
+    (args.out / "prep_summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {args.out} (summary: {args.out / 'prep_summary.json'})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

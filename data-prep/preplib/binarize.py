@@ -1,0 +1,162 @@
+"""Text splits → sentencepiece pieces → ``fairseq-preprocess`` data-bin with a joined dictionary.
+
+The path every data set takes (Gigaword, SQuAD QG): a sentencepiece model trained on the training
+source and target text (or the user's), each split encoded, then fairseq-preprocess, and finally the
+number of sentences in each binarised split compared with the number of lines that went in.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+from .textio import PrepError
+
+SPLITS = ("train", "valid", "test")
+SIDES = ("src", "tgt")
+
+
+@dataclass
+class SentencePieceOptions:
+    vocab_size: int = 32000
+    model_type: str = "unigram"
+    character_coverage: float = 1.0
+    sample: int = 2_000_000  # training sentences sampled by sentencepiece (Gigaword has 7.6M)
+    user_symbols: tuple[str, ...] = ()  # always one piece each, e.g. the QG separator [SEP]
+
+
+def train_sentencepiece(files: list[Path], prefix: Path, options: SentencePieceOptions) -> Path:
+    """Train on ``files`` (one sentence per line) and return the ``.model`` path.
+
+    ``hard_vocab_limit=False`` lets a small corpus (tests, the demo) end up with fewer pieces than
+    asked instead of failing; the size actually reached is what the dictionary gets.
+    """
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        input=[str(f) for f in files], model_prefix=str(prefix), vocab_size=options.vocab_size,
+        model_type=options.model_type, character_coverage=options.character_coverage,
+        input_sentence_size=options.sample, shuffle_input_sentence=True, hard_vocab_limit=False,
+        # fairseq's dictionary adds its own <s> <pad> </s> <unk>; sentencepiece keeps its unk only.
+        bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0, minloglevel=2,
+        user_defined_symbols=list(options.user_symbols),
+    )
+    return prefix.with_suffix(".model")
+
+
+def encode_file(model: Path, source: Path, target: Path) -> tuple[int, int]:
+    """Write ``source`` as space-separated pieces to ``target``; returns (lines, unknown pieces):
+    characters the model has never seen become its ``<unk>``, which fairseq reads as its own."""
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_file=str(model))
+    lines = unknown = 0
+    with open(source, encoding="utf-8") as fin, open(target, "w", encoding="utf-8") as fout:
+        while batch := [line.rstrip("\n") for line in islice(fin, 10_000)]:
+            for ids in processor.encode(batch):
+                unknown += ids.count(processor.unk_id())
+                fout.write(" ".join(processor.id_to_piece(ids)) + "\n")
+            lines += len(batch)
+    return lines, unknown
+
+
+def fairseq_preprocess(text_dir: Path, dest: Path, splits: list[str], *, dictionary: Path,
+                       workers: int) -> dict[str, int]:
+    """Run fairseq-preprocess on ``{text_dir}/{split}.spm.{src,tgt}`` with one dictionary for both sides
+    and return sentences per split, read back from the binarised files; refuses a split whose count
+    differs from its input lines."""
+    args = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "src", "--target-lang", "tgt",
+            "--joined-dictionary", "--destdir", str(dest), "--workers", str(workers)]
+    for split in splits:
+        args += [f"--{split}pref", str(text_dir / f"{split}.spm")]
+    args += ["--srcdict", str(dictionary)]
+    dest.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(args, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PrepError(f"fairseq-preprocess failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    sentences = {}
+    for split in splits:
+        with open(text_dir / f"{split}.spm.src", encoding="utf-8") as f:
+            expected = sum(1 for _ in f)
+        for side in SIDES:
+            got = len(MMapIndexedDataset(str(dest / f"{split}.src-tgt.{side}")))
+            if got != expected:
+                raise PrepError(f"{dest}/{split}.src-tgt.{side}: {got} sentences binarised from {expected} lines")
+        sentences[split] = expected
+    return sentences
+
+
+def spm_dictionary(model: Path, path: Path) -> Path:
+    """A fairseq dictionary listing every piece of a sentencepiece model (count 1 each), so that no piece
+    the model can produce is mapped to <unk> by fairseq, whichever splits are binarised."""
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_file=str(model))
+    reserved = {"<unk>", "<s>", "</s>", "<pad>"}
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(processor.get_piece_size()):
+            piece = processor.id_to_piece(i)
+            if piece not in reserved and not processor.is_control(i):
+                f.write(f"{piece} 1\n")
+    return path
+
+
+def binarize(out: Path, splits: list[str], *, spm_model: Path | None, dictionary: Path | None,
+             options: SentencePieceOptions, workers: int = 1) -> dict:
+    """``{out}/{split}.{src,tgt}`` → ``{out}/{split}.spm.*`` → ``{out}/data-bin``; returns what happened.
+
+    Without ``spm_model`` a model is trained on the training source and target text
+    (``{out}/spm.model``); without ``dictionary`` the fairseq dictionary lists the model's pieces.
+    """
+    if spm_model is None:
+        if "train" not in splits:
+            raise PrepError("no training split to train sentencepiece on: pass --spm-model")
+        spm_model = train_sentencepiece([out / "train.src", out / "train.tgt"], out / "spm", options)
+    if dictionary is None:
+        dictionary = spm_dictionary(spm_model, out / "dict.txt")
+    unknown = {}
+    for split in splits:
+        for side in SIDES:
+            _, unknown[f"{split}.{side}"] = encode_file(spm_model, out / f"{split}.{side}", out / f"{split}.spm.{side}")
+    sentences = fairseq_preprocess(out, out / "data-bin", splits, dictionary=dictionary, workers=workers)
+    return {"spm_model": str(spm_model), "dictionary": str(dictionary), "data_bin": str(out / "data-bin"),
+            "binarised_sentences": sentences, "unknown_pieces": {k: v for k, v in unknown.items() if v}}
+
+
+def add_arguments(parser) -> None:
+    """The tokenisation/binarisation options every prep script offers."""
+    group = parser.add_argument_group("sentencepiece and fairseq-preprocess")
+    group.add_argument("--spm-model", type=Path, help="use this sentencepiece model instead of training one")
+    group.add_argument("--dict", type=Path, help="use this fairseq dictionary (default: every piece of the "
+                       "sentencepiece model)")
+    group.add_argument("--spm-vocab-size", type=int, default=32000,
+                       help="pieces of a trained model (default: %(default)s; a small corpus may get fewer)")
+    group.add_argument("--spm-model-type", choices=("unigram", "bpe"), default="unigram",
+                       help="sentencepiece algorithm (default: %(default)s)")
+    group.add_argument("--spm-sample", type=int, default=2_000_000,
+                       help="training sentences sentencepiece samples (default: %(default)s)")
+    group.add_argument("--text-only", action="store_true", help="stop after the text splits (no sentencepiece, "
+                       "no data-bin)")
+    group.add_argument("--workers", type=int, default=1, help="fairseq-preprocess workers (default: %(default)s)")
+
+
+def run_from_args(args, splits: list[str], user_symbols: tuple[str, ...] | list[str] = ()) -> dict:
+    """Binarise ``args.out`` as the options say and print what came out; returns it for the summary."""
+    if args.text_only:
+        return {}
+    for path in (args.spm_model, args.dict):
+        if path is not None and not path.is_file():
+            raise PrepError(f"{path}: no such file")
+    options = SentencePieceOptions(vocab_size=args.spm_vocab_size, model_type=args.spm_model_type,
+                                   sample=args.spm_sample, user_symbols=tuple(user_symbols))
+    result = binarize(args.out, splits, spm_model=args.spm_model, dictionary=args.dict, options=options,
+                      workers=args.workers)
+    sentences = ", ".join(f"{split} {n}" for split, n in result["binarised_sentences"].items())
+    print(f"binarised ({sentences} sentences) -> {result['data_bin']}", file=sys.stderr)
+    for name, n in result["unknown_pieces"].items():
+        print(f"note: {n} characters in {name} unknown to the sentencepiece model (fairseq <unk>)", file=sys.stderr)
+    return result

@@ -1,0 +1,116 @@
+"""Reading and writing parallel text line by line, with every problem named by file and line.
+
+Bad lines (not UTF-8, empty after whitespace normalisation) are errors unless the user asks to skip
+them; skipped pairs are counted by reason and reported. Line-count mismatches are always errors:
+after one, no pair can be trusted.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import zip_longest
+from pathlib import Path
+from typing import Iterator
+
+
+class PrepError(ValueError):
+    """Bad input, with the file and line (or record id) it was found at."""
+
+
+@dataclass
+class SplitCounts:
+    """What went into one split and what came out; skips and edits by reason."""
+
+    read: int = 0
+    written: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    edited: Counter = field(default_factory=Counter)
+
+    def summary(self, name: str) -> str:
+        parts = [f"{name}: {self.read} in, {self.written} out"]
+        parts += [f"skipped {n} ({why})" for why, n in sorted(self.skipped.items())]
+        parts += [f"{why}: {n}" for why, n in sorted(self.edited.items())]
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict:
+        return {"read": self.read, "written": self.written, "skipped": dict(self.skipped), "edited": dict(self.edited)}
+
+
+def require_file(path: Path, what: str) -> Path:
+    if not path.is_file():
+        raise PrepError(f"{path}: no such file ({what})")
+    return path
+
+
+def _decode(raw: bytes, path: Path, number: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise PrepError(f"{path}:{number}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})") from None
+
+
+def normalize(text: str) -> str:
+    """Whitespace runs (tabs, carriage returns, Unicode spaces) to one space, none at the ends: fairseq
+    and sentencepiece read lines, and a stray carriage return would split one."""
+    return " ".join(text.split())
+
+
+def read_parallel(src: Path, tgt: Path, counts: SplitCounts, *, skip_invalid: bool) -> Iterator[tuple[str, str]]:
+    """Aligned (source, target) lines as they are (line ends removed), from two files of equal line count.
+
+    A pair with an empty side or a non-UTF-8 side is an error naming the file and line, or, with
+    ``skip_invalid``, skipped and counted in ``counts.skipped``.
+    """
+    with open(src, "rb") as fs, open(tgt, "rb") as ft:
+        for number, (raw_s, raw_t) in enumerate(zip_longest(fs, ft), 1):
+            if raw_s is None or raw_t is None:
+                longer, shorter = (src, tgt) if raw_t is None else (tgt, src)
+                rest = 1 + sum(1 for _ in (fs if raw_t is None else ft))
+                raise PrepError(f"{shorter} has {number - 1} lines but {longer} has {number - 1 + rest}: "
+                                "source and target files must have one line per pair")
+            counts.read += 1
+            try:
+                pair = tuple(_decode(raw, path, number).rstrip("\r\n") for raw, path in ((raw_s, src), (raw_t, tgt)))
+            except PrepError:
+                if not skip_invalid:
+                    raise
+                counts.skipped["not UTF-8"] += 1
+                continue
+            empty = [path for path, text in zip((src, tgt), pair) if not text.split()]
+            if empty:
+                if not skip_invalid:
+                    raise PrepError(f"{empty[0]}:{number}: empty line (use --skip-invalid to skip such pairs, counted)")
+                counts.skipped["empty line"] += 1
+                continue
+            yield pair
+
+
+def truncate(text: str, max_tokens: int | None, counts: SplitCounts, side: str) -> str:
+    """The first ``max_tokens`` whitespace tokens; each truncation is counted."""
+    if max_tokens is None:
+        return text
+    tokens = text.split()
+    if len(tokens) <= max_tokens:
+        return text
+    counts.edited[f"{side} truncated to {max_tokens} tokens"] += 1
+    return " ".join(tokens[:max_tokens])
+
+
+class PairWriter:
+    """Writes ``{prefix}.src`` / ``{prefix}.tgt`` together and counts the pairs written."""
+
+    def __init__(self, prefix: Path, counts: SplitCounts) -> None:
+        self.prefix, self.counts = prefix, counts
+        self.files = [open(f"{prefix}.{side}", "w", encoding="utf-8") for side in ("src", "tgt")]
+
+    def write(self, source: str, target: str) -> None:
+        for f, text in zip(self.files, (source, target)):
+            f.write(text + "\n")
+        self.counts.written += 1
+
+    def __enter__(self) -> "PairWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for f in self.files:
+            f.close()
