@@ -1,0 +1,276 @@
+"""data-prep/prepare_gigaword.py and data-prep/prepare_squad_qg.py on the shipped fixtures (synthetic
+Gigaword in both input formats, a hand-written SQuAD JSON), their refusals of bad input, fairseq-train
+on what they produce, and the Du et al. 2017 files from ../shared/data when present."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SHARED_DATA, TRAIN_COMMON, json_logs, run_cli
+
+FIXTURES = ROOT / "tests" / "fixtures"
+GIGA_HARVARD = FIXTURES / "gigaword_harvard"
+GIGA_UNILM = FIXTURES / "gigaword_unilm"
+SQUAD = ("--train-json", FIXTURES / "squad_train.json", "--dev-json", FIXTURES / "squad_dev.json")
+DU2017 = SHARED_DATA / "squad_qg_du2017"
+
+
+def prep(script: str, *args, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, str(ROOT / "data-prep" / script), *map(str, args)],
+                          capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def summary(out: Path) -> dict:
+    return json.loads((out / "prep_summary.json").read_text())
+
+
+def train_briefly(data_bin: Path, save_dir: Path) -> list[dict]:
+    proc = run_cli("fairseq-train", data_bin, *TRAIN_COMMON, "--task", "sparse_seq2seq", "--arch",
+                   "transformer_tiny", "--share-all-embeddings", "--criterion", "sparse_softmax",
+                   "--sparse-topk", "5", "--max-update", "6", "--save-dir", save_dir)
+    return json_logs(proc, "train_inner")
+
+
+# --- Gigaword -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def giga(tmp_path_factory) -> dict[str, Path]:
+    outs = {}
+    for fmt, root in (("harvard", GIGA_HARVARD), ("unilm", GIGA_UNILM)):
+        outs[fmt] = tmp_path_factory.mktemp(f"giga_{fmt}")
+        prep("prepare_gigaword.py", root, outs[fmt], "--spm-vocab-size", "80")
+    return outs
+
+
+def test_gigaword_formats_give_the_same_data(giga):
+    harvard, unilm = giga["harvard"], giga["unilm"]
+    assert summary(harvard)["input_format"] == "harvard" and summary(unilm)["input_format"] == "unilm"
+    for name in ["train.src", "train.tgt", "valid.src", "test.tgt", "test.ref", "dict.txt",
+                 "data-bin/train.src-tgt.src.bin", "data-bin/test.src-tgt.tgt.bin"]:
+        assert (harvard / name).read_bytes() == (unilm / name).read_bytes(), name
+
+
+def test_gigaword_counts_references_and_unk(giga):
+    out = giga["harvard"]
+    articles = lines(GIGA_HARVARD / "train" / "train.article.txt")
+    assert lines(out / "train.src") == [a.replace("<unk>", "UNK") for a in articles]
+    assert lines(out / "train.tgt") == lines(GIGA_HARVARD / "train" / "train.title.txt")
+    assert lines(out / "test.ref") == lines(GIGA_HARVARD / "Giga" / "task1_ref0.txt")
+    splits = summary(out)["splits"]
+    assert {s: (c["read"], c["written"]) for s, c in splits.items()} == {
+        "train": (40, 40), "valid": (6, 6), "test": (5, 5)}
+    assert splits["train"]["edited"] == {"<unk> written as UNK": 1}
+    assert summary(out)["binarised_sentences"] == {"train": 40, "valid": 6, "test": 5}
+
+
+def test_gigaword_subset_and_truncation(tmp_path):
+    prep("prepare_gigaword.py", GIGA_UNILM / "org_data", tmp_path, "--train-subset", "10",
+         "--max-source-tokens", "12", "--max-target-tokens", "4", "--text-only")
+    articles = lines(GIGA_UNILM / "org_data" / "train.src.txt")[:10]
+    assert lines(tmp_path / "train.src") == [" ".join(a.split()[:12]).replace("<unk>", "UNK") for a in articles]
+    titles = lines(GIGA_UNILM / "org_data" / "train.tgt.txt")[:10]
+    assert lines(tmp_path / "train.tgt") == [" ".join(t.split()[:4]) for t in titles]
+    assert lines(tmp_path / "test.ref") == lines(GIGA_UNILM / "org_data" / "test.tgt.txt"), "references untouched"
+    edited = summary(tmp_path)["splits"]["train"]["edited"]
+    assert edited["source truncated to 12 tokens"] == 10
+    assert edited["target truncated to 4 tokens"] == sum(len(t.split()) > 4 for t in titles)
+    assert not (tmp_path / "data-bin").exists()
+
+
+def copy_giga(tmp_path: Path) -> Path:
+    root = tmp_path / "in"
+    shutil.copytree(GIGA_HARVARD, root)
+    return root
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda r: (r / "train/train.title.txt").write_text("a\nb\n"),
+         r"train.title.txt has 2 lines but .*train.article.txt has 40"),
+        (lambda r: (r / "Giga/task1_ref0.txt").unlink(), r"task1_ref0.txt: no such file \(harvard test target\)"),
+        (lambda r: (r / "train/train.article.txt").unlink(), r"cannot tell the input format"),
+    ],
+    ids=["line counts", "missing file", "no format"],
+)
+def test_gigaword_refuses_bad_input(tmp_path, damage, message):
+    import re
+
+    root = copy_giga(tmp_path)
+    damage(root)
+    proc = prep("prepare_gigaword.py", root, tmp_path / "out", "--text-only", check=False)
+    assert proc.returncode == 2 and re.search(message, proc.stderr), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_gigaword_test_references_are_kept_as_read(tmp_path):
+    root = copy_giga(tmp_path)
+    refs = lines(root / "Giga/task1_ref0.txt")
+    refs[1] = "  police  arrest\t## suspects "
+    (root / "Giga/task1_ref0.txt").write_text("\n".join(refs) + "\n")
+    prep("prepare_gigaword.py", root, tmp_path / "out", "--text-only")
+    assert lines(tmp_path / "out/test.ref")[1] == "  police  arrest\t## suspects "
+    assert lines(tmp_path / "out/test.tgt")[1] == "police arrest ## suspects"
+
+
+@pytest.mark.parametrize("bad_line, reason, message", [
+    (b"   \n", "empty line", "train.title.txt:3: empty line"),
+    (b"caf\xe9 news\n", "not UTF-8", "train.title.txt:3: not UTF-8 (byte 0xe9 at column 4)"),
+])
+def test_gigaword_bad_lines_stop_or_are_skipped_and_counted(tmp_path, bad_line, reason, message):
+    root = copy_giga(tmp_path)
+    titles = (root / "train/train.title.txt").read_bytes().splitlines(keepends=True)
+    titles[2] = bad_line
+    (root / "train/train.title.txt").write_bytes(b"".join(titles))
+    proc = prep("prepare_gigaword.py", root, tmp_path / "out", "--text-only", check=False)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    prep("prepare_gigaword.py", root, tmp_path / "out", "--text-only", "--skip-invalid")
+    train = summary(tmp_path / "out")["splits"]["train"]
+    assert (train["read"], train["written"], train["skipped"]) == (40, 39, {reason: 1})
+    kept = [a for i, a in enumerate(lines(GIGA_HARVARD / "train/train.article.txt")) if i != 2]
+    assert lines(tmp_path / "out/train.src") == [a.replace("<unk>", "UNK") for a in kept], "pairs stay aligned"
+
+
+def test_fairseq_train_on_prepared_gigaword(giga, tmp_path):
+    records = train_briefly(giga["harvard"] / "data-bin", tmp_path)
+    assert len(records) == 6 and all(r["loss"] == r["loss"] for r in records)
+
+
+# --- SQuAD question generation ------------------------------------------------------------------
+
+def test_squad_examples_by_hand(tmp_path):
+    prep("prepare_squad_qg.py", tmp_path, *SQUAD, "--text-only")
+    src, tgt = lines(tmp_path / "train.src"), lines(tmp_path / "train.tgt")
+    assert len(src) == 6 and len(lines(tmp_path / "valid.src")) == 2 and len(lines(tmp_path / "test.src")) == 2
+    assert src[2] == ("the university is the major seat of the congregation of holy cross . it was founded in "
+                      "1842 by edward sorin , who was also its first president . [SEP] 1842")
+    assert tgt[2] == "when was the university founded ?"
+    assert src[0].startswith("architecturally , the school has a catholic character . atop the main building 's")
+    assert lines(tmp_path / "test.ref") == lines(tmp_path / "test.tgt")
+
+
+def test_squad_window_around_the_answer_and_prophetnet_order(tmp_path):
+    prep("prepare_squad_qg.py", tmp_path, *SQUAD, "--text-only", "--max-source-tokens", "16",
+         "--order", "answer-passage", "--separator", "<sep>", "--no-lowercase")
+    src = lines(tmp_path / "train.src")
+    # nd-3: 16 - 1 (answer) - 1 (separator) = 14 passage words; "1842" is word 17 of 29, so the window
+    # starts at 17 - (14 - 1) // 2 = 11.
+    assert src[2] == "1842 <sep> Cross . It was founded in 1842 by Edward Sorin , who was also"
+    # no-2: a 5-word answer leaves 10; centring would start at 32 - 2 = 30, past the last possible
+    # start 38 - 10 = 28, so the window ends with the passage.
+    assert src[5] == "Denmark , Iceland and Norway <sep> raiders and pirates from Denmark , Iceland and Norway ."
+    assert all(len(s.split()) <= 16 for s in src)
+    cut = summary(tmp_path)["splits"]["train"]["edited"]
+    assert cut == {"passage cut to a 16-token window around the answer": 6}
+    proc = prep("prepare_squad_qg.py", tmp_path, *SQUAD, "--text-only", "--max-source-tokens", "10", check=False)
+    assert proc.returncode == 2
+    assert "qa nd-1: answer too long for --max-source-tokens (10; the answer has 7 tokens)" in proc.stderr
+
+
+def test_squad_doclist_split(tmp_path):
+    doclists = tmp_path / "doclists"
+    doclists.mkdir()
+    for name, titles in (("train", ["University_of_Notre_Dame", "Amazon_rainforest"]), ("dev", ["Normans"]),
+                         ("test", ["Warsaw"])):
+        (doclists / f"doclist-{name}.txt").write_text("\n".join(titles) + "\n")
+    prep("prepare_squad_qg.py", tmp_path / "out", *SQUAD, "--split", "doclist", "--doclist-dir", doclists,
+         "--text-only")
+    assert [len(lines(tmp_path / "out" / f"{s}.tgt")) for s in ("train", "valid", "test")] == [6, 2, 2]
+    assert lines(tmp_path / "out/valid.tgt")[0] == "in what country is normandy located ?"
+    (doclists / "doclist-test.txt").write_text("Warsaw\nAtlantis\n")
+    proc = prep("prepare_squad_qg.py", tmp_path / "out", *SQUAD, "--split", "doclist", "--doclist-dir", doclists,
+                "--text-only", check=False)
+    assert proc.returncode == 2 and "doclist-test.txt:2: article 'Atlantis' is in neither JSON file" in proc.stderr
+
+
+def squad_copy(tmp_path: Path, edit) -> Path:
+    data = json.loads((FIXTURES / "squad_train.json").read_text())
+    edit(data)
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_squad_bad_answer_start_stops_or_is_skipped(tmp_path):
+    def shift(data):
+        data["data"][0]["paragraphs"][1]["qas"][1]["answers"][0]["answer_start"] += 3
+
+    train = squad_copy(tmp_path, shift)
+    args = ("prepare_squad_qg.py", tmp_path / "out", "--train-json", train, "--dev-json", FIXTURES / "squad_dev.json",
+            "--text-only")
+    proc = prep(*args, check=False)
+    assert proc.returncode == 2
+    assert "data[0].paragraphs[1]: qa nd-4: answer_start does not match the context" in proc.stderr
+    assert "'Edward Sorin'" in proc.stderr
+    prep(*args, "--skip-invalid")
+    counts = summary(tmp_path / "out")["splits"]["train"]
+    assert (counts["read"], counts["written"]) == (6, 5)
+    assert counts["skipped"] == {"answer_start does not match the context": 1}
+
+
+@pytest.mark.parametrize("content, message", [
+    (b'{"data": [', r"train.json:1:\d+: malformed JSON"),
+    (b'{"data": [{"title": "x", "paragraphs": [{"context": "caf\xe9"}]}]}', r"train.json:1: not UTF-8"),
+    (b'{"version": "1.1"}', r"expected the SQuAD layout"),
+    (b'{"data": [{"title": "x", "paragraphs": [{"qas": []}]}]}',
+     r"data\[0\].paragraphs\[0\]: missing or malformed 'context'"),
+])
+def test_squad_malformed_files(tmp_path, content, message):
+    import re
+
+    (tmp_path / "train.json").write_bytes(content)
+    proc = prep("prepare_squad_qg.py", tmp_path / "out", "--train-json", tmp_path / "train.json", "--dev-json",
+                FIXTURES / "squad_dev.json", "--text-only", check=False)
+    assert proc.returncode == 2 and re.search(message, proc.stderr), proc.stderr
+
+
+def test_squad_missing_file(tmp_path):
+    proc = prep("prepare_squad_qg.py", tmp_path / "out", "--train-json", tmp_path / "none.json", "--dev-json",
+                FIXTURES / "squad_dev.json", check=False)
+    assert proc.returncode == 2 and "none.json: no such file (SQuAD train JSON)" in proc.stderr
+
+
+def test_fairseq_train_on_prepared_squad(tmp_path):
+    prep("prepare_squad_qg.py", tmp_path / "out", *SQUAD, "--spm-vocab-size", "150")
+    assert summary(tmp_path / "out")["binarised_sentences"] == {"train": 6, "valid": 2, "test": 2}
+    pieces = lines(tmp_path / "out/train.spm.src")
+    assert all(line.split().count("[SEP]") == 1 for line in pieces), "the separator is one piece"
+    records = train_briefly(tmp_path / "out/data-bin", tmp_path / "ckpt")
+    assert len(records) == 6
+
+
+# --- Du et al. 2017 sentence-level files --------------------------------------------------------
+
+def test_du2017_files_fixture_needs_a_model_without_train(tmp_path):
+    du = tmp_path / "du"
+    du.mkdir()
+    for split in ("dev", "test"):
+        (du / f"src-{split}.txt").write_text("a b c .\nd e f .\n")
+        (du / f"tgt-{split}.txt").write_text("what is a ?\nwhat is d ?\n")
+    proc = prep("prepare_squad_qg.py", tmp_path / "out", "--du2017-dir", du, check=False)
+    assert proc.returncode == 2 and "no training split to train sentencepiece on: pass --spm-model" in proc.stderr
+    prep("prepare_squad_qg.py", tmp_path / "out", "--du2017-dir", du, "--text-only")
+    assert lines(tmp_path / "out/valid.src") == ["a b c .", "d e f ."]
+
+
+def test_du2017_real_counts(tmp_path):
+    if not DU2017.is_dir():
+        pytest.skip(f"real data: {DU2017} is not present on this machine")
+    prep("prepare_squad_qg.py", tmp_path, "--du2017-dir", DU2017, "--text-only")
+    splits = summary(tmp_path)["splits"]
+    assert {s: (c["read"], c["written"]) for s, c in splits.items()} == {
+        "valid": (10570, 10570), "test": (11877, 11877)}
+    assert len(set(lines(tmp_path / "test.src"))) == 6652
+    assert lines(tmp_path / "test.ref") == lines(DU2017 / "tgt-test.txt")
