@@ -4,13 +4,16 @@
 Each source line mixes content words (``w0``…) with filler words (``the``, ``of``…); its target is the
 content words in order. Every target token occurs in its source, so the task also exercises
 source-vocabulary masking, and a tiny transformer learns it in a few hundred CPU updates. It is the
-bundled default of the README's end-to-end job and the data of the end-to-end tests.
+bundled default of the README's end-to-end job (``--layout harvard``: written as harvardnlp's Gigaword
+files, for ``prepare_gigaword.py``) and the data of the end-to-end tests.
 """
 from __future__ import annotations
 
 import argparse
 import random
 from pathlib import Path
+
+from prepare_gigaword import HARVARD
 
 FILLER = ["the", "of", "a", "in", "to", "and", "is", "for", "on", "that"]
 
@@ -33,16 +36,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--min-len", type=int, default=3)
     parser.add_argument("--max-len", type=int, default=12)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--layout", choices=("fairseq", "harvard"), default="fairseq",
+                        help="fairseq: {split}.{src,tgt}; harvard: harvardnlp Gigaword file names, train/ and Giga/")
     args = parser.parse_args(argv)
     if not 1 <= args.min_len <= args.max_len:
         parser.error(f"need 1 <= --min-len <= --max-len, got {args.min_len}, {args.max_len}")
     rng = random.Random(args.seed)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
     for split, count in (("train", args.train), ("valid", args.valid), ("test", args.test)):
         pairs = [make_pair(rng, args.content_words, args.min_len, args.max_len) for _ in range(count)]
         for side, idx in (("src", 0), ("tgt", 1)):
-            (args.out_dir / f"{split}.{side}").write_text("".join(p[idx] + "\n" for p in pairs), encoding="utf-8")
-        print(f"{split}: {count} pairs -> {args.out_dir}/{split}.{{src,tgt}}")
+            if args.layout == "fairseq":
+                path = args.out_dir / f"{split}.{side}"
+            else:  # harvardnlp: train and valid files in train/, the test set in Giga/
+                path = args.out_dir / ("" if split == "test" else "train") / HARVARD[split][idx]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(p[idx] + "\n" for p in pairs), encoding="utf-8")
+        print(f"{split}: {count} pairs -> {args.out_dir}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job end to end on the bundled toy corpus: set up -> prepare -> fairseq-train with
+# The main job end to end on the bundled toy corpus: set up -> prepare (as Gigaword) -> fairseq-train with
 # sparse_softmax -> fairseq-generate with masked decoding -> score and plot. Everything goes to ./demo (or $1).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -8,16 +8,13 @@ bash "$root/scripts/setup_env.sh"
 export PATH="$root/.venv/bin:$PATH"
 cd "$root"
 
-echo "== 1/4 prepare: toy corpus -> $out/raw, binarised -> $out/data-bin"
-python data-prep/make_toy_data.py "$out/raw"
-rm -rf "$out/data-bin"
-fairseq-preprocess --source-lang src --target-lang tgt --joined-dictionary --workers 2 \
-    --trainpref "$out/raw/train" --validpref "$out/raw/valid" --testpref "$out/raw/test" \
-    --destdir "$out/data-bin" 2>&1 | grep -E "sents|Wrote" || true
+echo "== 1/4 prepare: toy corpus in Gigaword's harvardnlp layout -> sentencepiece + fairseq-preprocess"
+python data-prep/make_toy_data.py "$out/raw" --layout harvard
+python data-prep/prepare_gigaword.py "$out/raw" "$out/prep" --spm-vocab-size 100 --workers 2
 
 echo "== 2/4 train: --criterion sparse_softmax --sparse-topk 10"
 rm -rf "$out/checkpoints"
-fairseq-train "$out/data-bin" --user-dir user_dir --task sparse_seq2seq --cpu \
+fairseq-train "$out/prep/data-bin" --user-dir user_dir --task sparse_seq2seq --cpu \
     --arch transformer_tiny --share-all-embeddings --dropout 0.1 \
     --criterion sparse_softmax --sparse-topk 10 \
     --optimizer adam --lr 0.002 --lr-scheduler inverse_sqrt --warmup-updates 100 \
@@ -26,12 +23,13 @@ fairseq-train "$out/data-bin" --user-dir user_dir --task sparse_seq2seq --cpu \
     --log-format json --log-interval 20 2>&1 | tee "$out/train.log" | grep -E "\| (valid|train) \|" || true
 
 echo "== 3/4 generate: beam 5, masked decoding over the top 5 tokens, on the test set"
-fairseq-generate "$out/data-bin" --user-dir user_dir --task sparse_seq2seq --cpu \
+fairseq-generate "$out/prep/data-bin" --user-dir user_dir --task sparse_seq2seq --cpu \
     --path "$out/checkpoints/checkpoint_best.pt" \
-    --beam 5 --decoding-topk 5 --batch-size 64 --gen-subset test > "$out/generate.txt"
+    --beam 5 --decoding-topk 5 --batch-size 64 --gen-subset test --post-process sentencepiece \
+    > "$out/generate.txt"
 tail -n 1 "$out/generate.txt"
 
 echo "== 4/4 score (every test sentence must have its hypothesis) and plot"
-python scripts/score_summaries.py "$out/generate.txt" --refs "$out/raw/test.tgt" --json "$out/rouge.json"
-python scripts/score_questions.py "$out/generate.txt" --refs "$out/raw/test.tgt" --json "$out/bleu.json"
+python scripts/score_summaries.py "$out/generate.txt" --refs "$out/prep/test.ref" --json "$out/rouge.json"
+python scripts/score_questions.py "$out/generate.txt" --refs "$out/prep/test.ref" --json "$out/bleu.json"
 python scripts/plot_training_log.py "$out/train.log" --out "$out/loss_curve.png"
