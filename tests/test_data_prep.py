@@ -253,7 +253,7 @@ def test_fairseq_train_on_prepared_squad(tmp_path):
 
 # --- Du et al. 2017 sentence-level files --------------------------------------------------------
 
-def test_du2017_files_fixture_needs_a_model_without_train(tmp_path):
+def test_du2017_files_without_train_binarise_with_a_given_model(tmp_path, giga):
     du = tmp_path / "du"
     du.mkdir()
     for split in ("dev", "test"):
@@ -261,8 +261,11 @@ def test_du2017_files_fixture_needs_a_model_without_train(tmp_path):
         (du / f"tgt-{split}.txt").write_text("what is a ?\nwhat is d ?\n")
     proc = prep("prepare_squad_qg.py", tmp_path / "out", "--du2017-dir", du, check=False)
     assert proc.returncode == 2 and "no training split to train sentencepiece on: pass --spm-model" in proc.stderr
-    prep("prepare_squad_qg.py", tmp_path / "out", "--du2017-dir", du, "--text-only")
+    prep("prepare_squad_qg.py", tmp_path / "out", "--du2017-dir", du, "--spm-model", giga["harvard"] / "spm.model",
+         "--dict", giga["harvard"] / "dict.txt")
     assert lines(tmp_path / "out/valid.src") == ["a b c .", "d e f ."]
+    assert summary(tmp_path / "out")["binarised_sentences"] == {"valid": 2, "test": 2}
+    assert (tmp_path / "out/data-bin/dict.src.txt").read_text() == (giga["harvard"] / "dict.txt").read_text()
 
 
 def test_du2017_real_counts(tmp_path):

@@ -51,14 +51,18 @@ def encode_file(model: Path, source: Path, target: Path) -> tuple[int, int]:
     characters the model has never seen become its ``<unk>``, which fairseq reads as its own."""
     import sentencepiece as spm
 
+    from tqdm import tqdm
+
     processor = spm.SentencePieceProcessor(model_file=str(model))
     lines = unknown = 0
-    with open(source, encoding="utf-8") as fin, open(target, "w", encoding="utf-8") as fout:
+    with open(source, encoding="utf-8") as fin, open(target, "w", encoding="utf-8") as fout, \
+            tqdm(desc=f"encode {source.name}", unit=" lines", disable=None, mininterval=1) as bar:
         while batch := [line.rstrip("\n") for line in islice(fin, 10_000)]:
             for ids in processor.encode(batch):
                 unknown += ids.count(processor.unk_id())
                 fout.write(" ".join(processor.id_to_piece(ids)) + "\n")
             lines += len(batch)
+            bar.update(len(batch))
     return lines, unknown
 
 
