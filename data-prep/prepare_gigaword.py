@@ -24,8 +24,6 @@ it is rewritten to ``--unk-token`` and counted.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 
 from tqdm import tqdm
@@ -126,15 +124,9 @@ def main(argv: list[str] | None = None) -> None:
             require_file(tgt, f"{fmt} {split} target")
         args.out.mkdir(parents=True, exist_ok=True)
         counts = {split: prepare_split(split, src, tgt, args.out, args) for split, (src, tgt) in files.items()}
-        summary = {"input": str(args.input), "input_format": fmt,
-                   "splits": {split: c.as_dict() for split, c in counts.items()}}
-        for split, c in counts.items():
-            print(c.summary(split), file=sys.stderr)
-        summary.update(binarize.run_from_args(args, list(files)))
+        binarize.finish(args, counts, {"input": str(args.input), "input_format": fmt})
     except PrepError as err:
         parser.exit(2, f"error: {err}\n")
-    (args.out / "prep_summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {args.out} (summary: {args.out / 'prep_summary.json'})", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ Output as ``prepare_gigaword.py``: ``{train,valid,test}.{src,tgt}``, ``test.ref`
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -131,14 +130,10 @@ def main(argv: list[str] | None = None) -> None:
             for split, articles in json_splits(args).items():
                 counts[split] = SplitCounts()
                 write_split(split, examples(articles, options, counts[split]), args.out, counts[split])
-        for split, c in counts.items():
-            print(c.summary(split), file=sys.stderr)
-        summary = {"splits": {split: c.as_dict() for split, c in counts.items()}}
-        summary.update(binarize.run_from_args(args, list(counts), user_symbols=[args.separator]))
+        binarize.finish(args, counts, {"input": str(args.du2017_dir or args.train_json or args.dev_json)},
+                        user_symbols=[args.separator])
     except PrepError as err:
         parser.exit(2, f"error: {err}\n")
-    (args.out / "prep_summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {args.out} (summary: {args.out / 'prep_summary.json'})", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,15 @@ def run_cli(*args: str, cwd: Path = ROOT, check: bool = True) -> subprocess.Comp
     return proc
 
 
+def run_script(script: str, *args, check: bool = True) -> subprocess.CompletedProcess:
+    """``python <script> args...`` for a script of this repository (path relative to the root)."""
+    proc = subprocess.run([sys.executable, str(ROOT / script), *map(str, args)], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                             f"{proc.stderr[-5000:]}")
+    return proc
+
+
 def json_logs(output: str | subprocess.CompletedProcess, tag: str) -> list[dict]:
     """The ``--log-format json`` records of one kind ("train_inner", "valid", ...) in a CLI's output."""
     if isinstance(output, subprocess.CompletedProcess):

@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import N_TEST, ROOT, output_lines, run_cli
+from conftest import N_TEST, ROOT, output_lines, run_cli, run_script
 
 BLEU_NAMES = ["BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4"]
 
 
 def score(script: str, *args, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *map(str, args)],
-                          capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
+    return run_script(f"scripts/{script}", *args, check=check)
 
 
 def score_json(script: str, *args) -> dict:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SHARED_DATA, TRAIN_COMMON, json_logs, run_cli
+from conftest import ROOT, SHARED_DATA, TRAIN_COMMON, json_logs, run_cli, run_script
 
 FIXTURES = ROOT / "tests" / "fixtures"
 GIGA_HARVARD = FIXTURES / "gigaword_harvard"
@@ -21,11 +20,7 @@ DU2017 = SHARED_DATA / "squad_qg_du2017"
 
 
 def prep(script: str, *args, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, str(ROOT / "data-prep" / script), *map(str, args)],
-                          capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}")
-    return proc
+    return run_script(f"data-prep/{script}", *args, check=check)
 
 
 def lines(path: Path) -> list[str]:

@@ -5,23 +5,19 @@ synthetic corpus with repeated sources (multi-reference groups) and empty hypoth
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, SHARED_DATA
+from conftest import SHARED_DATA, run_script
 
 DU2017 = SHARED_DATA / "squad_qg_du2017"
 BLEU_NAMES = ["BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4"]
 
 
 def score(script: str, *args) -> dict:
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *map(str, args), "--json", "-"],
-                          capture_output=True, text=True, check=True)
-    return json.loads(proc.stdout)
+    return json.loads(run_script(f"scripts/{script}", *args, "--json", "-").stdout)
 
 
 def synthetic_corpus(rng: np.random.Generator, size: int = 600) -> tuple[list[str], list[str], list[str]]:

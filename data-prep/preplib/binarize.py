@@ -6,6 +6,7 @@ number of sentences in each binarised split compared with the number of lines th
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -146,6 +147,17 @@ def add_arguments(parser) -> None:
     group.add_argument("--text-only", action="store_true", help="stop after the text splits (no sentencepiece, "
                        "no data-bin)")
     group.add_argument("--workers", type=int, default=1, help="fairseq-preprocess workers (default: %(default)s)")
+
+
+def finish(args, counts: dict, summary: dict, user_symbols: tuple[str, ...] | list[str] = ()) -> None:
+    """Print each split's counts, binarise ``args.out`` as the options say, and write everything to
+    ``{args.out}/prep_summary.json``: the end every prep script shares."""
+    for split, c in counts.items():
+        print(c.summary(split), file=sys.stderr)
+    summary = {**summary, "splits": {split: c.as_dict() for split, c in counts.items()}}
+    summary.update(run_from_args(args, list(counts), user_symbols))
+    (args.out / "prep_summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {args.out} (summary: {args.out / 'prep_summary.json'})", file=sys.stderr)
 
 
 def run_from_args(args, splits: list[str], user_symbols: tuple[str, ...] | list[str] = ()) -> dict:
