@@ -138,9 +138,23 @@ def test_gigaword_bad_lines_stop_or_are_skipped_and_counted(tmp_path, bad_line, 
     assert lines(tmp_path / "out/train.src") == [a.replace("<unk>", "UNK") for a in kept], "pairs stay aligned"
 
 
-def test_fairseq_train_on_prepared_gigaword(giga, tmp_path):
+def generate_and_score(data_bin: Path, checkpoint: Path, out: Path, score_script: str, *score_args) -> dict:
+    """The README's path after training: masked decoding with sentencepiece decoding, then scoring."""
+    gen = run_cli("fairseq-generate", data_bin, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq",
+                  "--path", checkpoint, "--cpu", "--beam", "3", "--decoding-topk", "5", "--gen-subset", "test",
+                  "--max-len-b", "20", "--post-process", "sentencepiece").stdout
+    (out / "gen.txt").write_text(gen, encoding="utf-8")
+    assert "\u2581" not in "".join(line for line in gen.splitlines() if line.startswith("H-"))
+    return json.loads(run_script(f"scripts/{score_script}", out / "gen.txt", *score_args, "--json", "-").stdout)
+
+
+def test_fairseq_train_generate_score_on_prepared_gigaword(giga, tmp_path):
     records = train_briefly(giga["harvard"] / "data-bin", tmp_path)
     assert len(records) == 6 and all(r["loss"] == r["loss"] for r in records)
+    scores = generate_and_score(giga["harvard"] / "data-bin", tmp_path / "checkpoint_last.pt", tmp_path,
+                                "score_summaries.py", "--refs", giga["harvard"] / "test.ref",
+                                "--lowercase", "--map-unk")
+    assert scores["counts"]["examples"] == 5
 
 
 # --- SQuAD question generation ------------------------------------------------------------------
@@ -237,13 +251,17 @@ def test_squad_missing_file(tmp_path):
     assert proc.returncode == 2 and "none.json: no such file (SQuAD train JSON)" in proc.stderr
 
 
-def test_fairseq_train_on_prepared_squad(tmp_path):
+def test_fairseq_train_generate_score_on_prepared_squad(tmp_path):
     prep("prepare_squad_qg.py", tmp_path / "out", *SQUAD, "--spm-vocab-size", "150")
     assert summary(tmp_path / "out")["binarised_sentences"] == {"train": 6, "valid": 2, "test": 2}
     pieces = lines(tmp_path / "out/train.spm.src")
     assert all(line.split().count("[SEP]") == 1 for line in pieces), "the separator is one piece"
     records = train_briefly(tmp_path / "out/data-bin", tmp_path / "ckpt")
     assert len(records) == 6
+    scores = generate_and_score(tmp_path / "out/data-bin", tmp_path / "ckpt/checkpoint_last.pt", tmp_path,
+                                "score_questions.py", "--refs", tmp_path / "out/test.ref",
+                                "--group-by-source", tmp_path / "out/test.src")
+    assert (scores["counts"]["examples"], scores["counts"]["scored_items"]) == (2, 2)
 
 
 # --- Du et al. 2017 sentence-level files --------------------------------------------------------
