@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from .textio import PrepError, SplitCounts
+from .textio import PrepError, SplitCounts, decode
 
 _TOKEN = re.compile(r"'\w+|\w+|[^\w\s]")  # "building's" -> building 's, as PTB
 ORDERS = ("passage-answer", "answer-passage")
@@ -38,14 +38,8 @@ class Article(NamedTuple):
 
 def load_articles(path: Path) -> list[Article]:
     """The ``data`` list of a SQuAD JSON file; malformed JSON or non-UTF-8 is an error with its position."""
-    raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        raise PrepError(f"{path}:{line}: not UTF-8 (byte 0x{raw[err.start]:02x})") from None
-    try:
-        document = json.loads(text)
+        document = json.loads(decode(path.read_bytes(), path))
     except json.JSONDecodeError as err:
         raise PrepError(f"{path}:{err.lineno}:{err.colno}: malformed JSON ({err.msg})") from None
     if not isinstance(document, dict) or not isinstance(document.get("data"), list):

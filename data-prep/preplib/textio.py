@@ -42,11 +42,14 @@ def require_file(path: Path, what: str) -> Path:
     return path
 
 
-def _decode(raw: bytes, path: Path, number: int) -> str:
+def decode(raw: bytes, path: Path, first_line: int = 1) -> str:
+    """``raw`` (a line, or a whole file) as UTF-8, or an error naming the line and column of the bad byte."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise PrepError(f"{path}:{number}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})") from None
+        line = first_line + raw.count(b"\n", 0, err.start)
+        column = err.start - raw.rfind(b"\n", 0, err.start)
+        raise PrepError(f"{path}:{line}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {column})") from None
 
 
 def normalize(text: str) -> str:
@@ -70,7 +73,7 @@ def read_parallel(src: Path, tgt: Path, counts: SplitCounts, *, skip_invalid: bo
                                 "source and target files must have one line per pair")
             counts.read += 1
             try:
-                pair = tuple(_decode(raw, path, number).rstrip("\r\n") for raw, path in ((raw_s, src), (raw_t, tgt)))
+                pair = tuple(decode(raw, path, number).rstrip("\r\n") for raw, path in ((raw_s, src), (raw_t, tgt)))
             except PrepError:
                 if not skip_invalid:
                     raise
