@@ -67,14 +67,13 @@ def encode_file(model: Path, source: Path, target: Path) -> tuple[int, int]:
     return lines, unknown
 
 
-def fairseq_preprocess(text_dir: Path, dest: Path, splits: list[str], *, dictionary: Path,
-                       workers: int) -> dict[str, int]:
-    """Run fairseq-preprocess on ``{text_dir}/{split}.spm.{src,tgt}`` with one dictionary for both sides
-    and return sentences per split, read back from the binarised files; refuses a split whose count
-    differs from its input lines."""
+def fairseq_preprocess(text_dir: Path, dest: Path, lines: dict[str, int], *, dictionary: Path,
+                       workers: int) -> None:
+    """Run fairseq-preprocess on ``{text_dir}/{split}.spm.{src,tgt}`` (``lines[split]`` lines each) with one
+    dictionary for both sides, then read the binarised files back: a count that differs is an error."""
     args = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "src", "--target-lang", "tgt",
             "--joined-dictionary", "--destdir", str(dest), "--workers", str(workers)]
-    for split in splits:
+    for split in lines:
         args += [f"--{split}pref", str(text_dir / f"{split}.spm")]
     args += ["--srcdict", str(dictionary)]
     dest.mkdir(parents=True, exist_ok=True)
@@ -83,16 +82,11 @@ def fairseq_preprocess(text_dir: Path, dest: Path, splits: list[str], *, diction
         raise PrepError(f"fairseq-preprocess failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     from fairseq.data.indexed_dataset import MMapIndexedDataset
 
-    sentences = {}
-    for split in splits:
-        with open(text_dir / f"{split}.spm.src", encoding="utf-8") as f:
-            expected = sum(1 for _ in f)
+    for split, expected in lines.items():
         for side in SIDES:
             got = len(MMapIndexedDataset(str(dest / f"{split}.src-tgt.{side}")))
             if got != expected:
                 raise PrepError(f"{dest}/{split}.src-tgt.{side}: {got} sentences binarised from {expected} lines")
-        sentences[split] = expected
-    return sentences
 
 
 def spm_dictionary(model: Path, path: Path) -> Path:
@@ -123,13 +117,14 @@ def binarize(out: Path, splits: list[str], *, spm_model: Path | None, dictionary
         spm_model = train_sentencepiece([out / "train.src", out / "train.tgt"], out / "spm", options)
     if dictionary is None:
         dictionary = spm_dictionary(spm_model, out / "dict.txt")
-    unknown = {}
+    lines, unknown = {}, {}
     for split in splits:
-        for side in SIDES:
-            _, unknown[f"{split}.{side}"] = encode_file(spm_model, out / f"{split}.{side}", out / f"{split}.spm.{side}")
-    sentences = fairseq_preprocess(out, out / "data-bin", splits, dictionary=dictionary, workers=workers)
+        for side in SIDES:  # the text splits were written in pairs: both sides have the same count
+            lines[split], unknown[f"{split}.{side}"] = encode_file(
+                spm_model, out / f"{split}.{side}", out / f"{split}.spm.{side}")
+    fairseq_preprocess(out, out / "data-bin", lines, dictionary=dictionary, workers=workers)
     return {"spm_model": str(spm_model), "dictionary": str(dictionary), "data_bin": str(out / "data-bin"),
-            "binarised_sentences": sentences, "unknown_pieces": {k: v for k, v in unknown.items() if v}}
+            "binarised_sentences": lines, "unknown_pieces": {k: v for k, v in unknown.items() if v}}
 
 
 def add_arguments(parser) -> None:
