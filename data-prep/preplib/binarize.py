@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
+from typing import Callable
 
 from .textio import PrepError
 
@@ -67,26 +68,25 @@ def encode_file(model: Path, source: Path, target: Path) -> tuple[int, int]:
     return lines, unknown
 
 
-def fairseq_preprocess(text_dir: Path, dest: Path, lines: dict[str, int], *, dictionary: Path,
-                       workers: int) -> None:
-    """Run fairseq-preprocess on ``{text_dir}/{split}.spm.{src,tgt}`` (``lines[split]`` lines each) with one
-    dictionary for both sides, then read the binarised files back: a count that differs is an error."""
-    args = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "src", "--target-lang", "tgt",
-            "--joined-dictionary", "--destdir", str(dest), "--workers", str(workers)]
-    for split in lines:
-        args += [f"--{split}pref", str(text_dir / f"{split}.spm")]
-    args += ["--srcdict", str(dictionary)]
+def fairseq_preprocess(options: list[str], dest: Path, expected: dict[str, int], workers: int) -> None:
+    """Run fairseq-preprocess with ``options`` into ``dest``, then read back each binarised dataset named
+    in ``expected`` (its path prefix in ``dest`` → the lines that went in): a count that differs is an error."""
     dest.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-m", "fairseq_cli.preprocess", *options, "--destdir", str(dest), "--workers", str(workers)]
     proc = subprocess.run(args, capture_output=True, text=True)
     if proc.returncode != 0:
         raise PrepError(f"fairseq-preprocess failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     from fairseq.data.indexed_dataset import MMapIndexedDataset
 
-    for split, expected in lines.items():
-        for side in SIDES:
-            got = len(MMapIndexedDataset(str(dest / f"{split}.src-tgt.{side}")))
-            if got != expected:
-                raise PrepError(f"{dest}/{split}.src-tgt.{side}: {got} sentences binarised from {expected} lines")
+    for prefix, lines in expected.items():
+        got = len(MMapIndexedDataset(str(dest / prefix)))
+        if got != lines:
+            raise PrepError(f"{dest / prefix}: {got} sentences binarised from {lines} lines")
+
+
+def split_prefixes(prefix: Callable[[str], Path], splits) -> list[str]:
+    """``--trainpref P --validpref P ...`` for the splits present."""
+    return [arg for split in splits for arg in (f"--{split}pref", str(prefix(split)))]
 
 
 def spm_dictionary(model: Path, path: Path) -> Path:
@@ -104,27 +104,40 @@ def spm_dictionary(model: Path, path: Path) -> Path:
     return path
 
 
-def binarize(out: Path, splits: list[str], *, spm_model: Path | None, dictionary: Path | None,
-             options: SentencePieceOptions, workers: int = 1) -> dict:
-    """``{out}/{split}.{src,tgt}`` → ``{out}/{split}.spm.*`` → ``{out}/data-bin``; returns what happened.
+def encode_splits(out: Path, splits: list[str], sides: tuple[str, ...], *, spm_model: Path | None,
+                  dictionary: Path | None, options: SentencePieceOptions) -> dict:
+    """``{out}/{split}.{side}`` → ``{out}/{split}.spm.{side}`` for every split and text side.
 
-    Without ``spm_model`` a model is trained on the training source and target text
-    (``{out}/spm.model``); without ``dictionary`` the fairseq dictionary lists the model's pieces.
+    Without ``spm_model`` a model is trained on the training text of all ``sides`` (``{out}/spm.model``);
+    without ``dictionary`` the fairseq dictionary lists the model's pieces. Returns the model, the
+    dictionary, lines per split (the sides of a split are written together, so they agree) and the
+    characters unknown to the model per file.
     """
     if spm_model is None:
         if "train" not in splits:
             raise PrepError("no training split to train sentencepiece on: pass --spm-model")
-        spm_model = train_sentencepiece([out / "train.src", out / "train.tgt"], out / "spm", options)
+        spm_model = train_sentencepiece([out / f"train.{side}" for side in sides], out / "spm", options)
     if dictionary is None:
         dictionary = spm_dictionary(spm_model, out / "dict.txt")
     lines, unknown = {}, {}
     for split in splits:
-        for side in SIDES:  # the text splits were written in pairs: both sides have the same count
+        for side in sides:
             lines[split], unknown[f"{split}.{side}"] = encode_file(
                 spm_model, out / f"{split}.{side}", out / f"{split}.spm.{side}")
-    fairseq_preprocess(out, out / "data-bin", lines, dictionary=dictionary, workers=workers)
-    return {"spm_model": str(spm_model), "dictionary": str(dictionary), "data_bin": str(out / "data-bin"),
-            "binarised_sentences": lines, "unknown_pieces": {k: v for k, v in unknown.items() if v}}
+    return {"spm_model": str(spm_model), "dictionary": str(dictionary), "binarised_sentences": lines,
+            "unknown_pieces": {k: v for k, v in unknown.items() if v}}
+
+
+def binarize(out: Path, splits: list[str], *, spm_model: Path | None, dictionary: Path | None,
+             options: SentencePieceOptions, workers: int = 1) -> dict:
+    """``{out}/{split}.{src,tgt}`` → pieces → ``{out}/data-bin`` (one dictionary for both sides)."""
+    result = encode_splits(out, splits, SIDES, spm_model=spm_model, dictionary=dictionary, options=options)
+    lines = result["binarised_sentences"]
+    fairseq_preprocess(["--source-lang", "src", "--target-lang", "tgt", "--joined-dictionary", "--srcdict",
+                        result["dictionary"], *split_prefixes(lambda split: out / f"{split}.spm", lines)],
+                       out / "data-bin", {f"{split}.src-tgt.{side}": n for split, n in lines.items() for side in SIDES},
+                       workers)
+    return {**result, "data_bin": str(out / "data-bin")}
 
 
 def add_arguments(parser) -> None:
@@ -144,19 +157,22 @@ def add_arguments(parser) -> None:
     group.add_argument("--workers", type=int, default=1, help="fairseq-preprocess workers (default: %(default)s)")
 
 
-def finish(args, counts: dict, summary: dict, user_symbols: tuple[str, ...] | list[str] = ()) -> None:
+def finish(args, counts: dict, summary: dict, user_symbols: tuple[str, ...] | list[str] = (),
+           binarizer: Callable[..., dict] = binarize) -> None:
     """Print each split's counts, binarise ``args.out`` as the options say, and write everything to
     ``{args.out}/prep_summary.json``: the end every prep script shares."""
     for split, c in counts.items():
         print(c.summary(split), file=sys.stderr)
     summary = {**summary, "splits": {split: c.as_dict() for split, c in counts.items()}}
-    summary.update(run_from_args(args, list(counts), user_symbols))
+    summary.update(run_from_args(args, list(counts), user_symbols, binarizer))
     (args.out / "prep_summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {args.out} (summary: {args.out / 'prep_summary.json'})", file=sys.stderr)
 
 
-def run_from_args(args, splits: list[str], user_symbols: tuple[str, ...] | list[str] = ()) -> dict:
-    """Binarise ``args.out`` as the options say and print what came out; returns it for the summary."""
+def run_from_args(args, splits: list[str], user_symbols: tuple[str, ...] | list[str] = (),
+                  binarizer: Callable[..., dict] = binarize) -> dict:
+    """Binarise ``args.out`` with ``binarizer`` as the options say and print what came out; returns it
+    for the summary."""
     if args.text_only:
         return {}
     for path in (args.spm_model, args.dict):
@@ -164,7 +180,7 @@ def run_from_args(args, splits: list[str], user_symbols: tuple[str, ...] | list[
             raise PrepError(f"{path}: no such file")
     options = SentencePieceOptions(vocab_size=args.spm_vocab_size, model_type=args.spm_model_type,
                                    sample=args.spm_sample, user_symbols=tuple(user_symbols))
-    result = binarize(args.out, splits, spm_model=args.spm_model, dictionary=args.dict, options=options,
+    result = binarizer(args.out, splits, spm_model=args.spm_model, dictionary=args.dict, options=options,
                       workers=args.workers)
     sentences = ", ".join(f"{split} {n}" for split, n in result["binarised_sentences"].items())
     print(f"binarised ({sentences} sentences) -> {result['data_bin']}", file=sys.stderr)
