@@ -1,0 +1,139 @@
+"""Text classification data → fairseq's RoBERTa layout: ``input0/`` (sentencepiece pieces) and ``label/``
+(one label, or a space-separated label list for multi-label data, per line), both binarised with
+``--only-source``.
+
+Readers yield ``(text, labels)`` per example and name the file and line (or JSON position) of anything
+they cannot read. Labels must be single tokens (fairseq reads a label line as space-separated tokens),
+and every label of the validation and test splits must occur in training: fairseq would otherwise map
+it to ``<unk>`` without a word.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+from .binarize import SentencePieceOptions, encode_splits, fairseq_preprocess, split_prefixes
+from .textio import PrepError, SplitCounts, decode, require_file
+
+Example = tuple[str, str, list[str]]  # (where it was read, text, labels)
+
+#: CLINC150 ``data_full.json`` keys per split; the ``oos_*`` keys hold the out-of-scope class.
+CLINC_KEYS = {"train": "train", "valid": "val", "test": "test"}
+SST_FILES = {"train": "stsa.fine.train", "valid": "stsa.fine.dev", "test": "stsa.fine.test"}
+
+
+def _check_label(label: object, where: str) -> str:
+    if not isinstance(label, str) or len(label.split()) != 1 or label != label.strip():
+        raise PrepError(f"{where}: a label must be one token without spaces, got {label!r}")
+    return label
+
+
+def clinc150(path: Path, split: str, with_oos: bool) -> Iterator[Example]:
+    """CLINC150 ``data_full.json``: ``[text, intent]`` items, plus the ``oos_*`` items when ``with_oos``
+    (151 classes, as the AS-Softmax paper)."""
+    document = json.loads(decode(require_file(path, "CLINC150 data_full.json").read_bytes(), path))
+    keys = [CLINC_KEYS[split]] + ([f"oos_{CLINC_KEYS[split]}"] if with_oos else [])
+    for key in keys:
+        items = document.get(key) if isinstance(document, dict) else None
+        if not isinstance(items, list):
+            raise PrepError(f"{path}: no '{key}' list (expected CLINC150's data_full.json)")
+        for i, item in enumerate(items):
+            where = f"{path}: {key}[{i}]"
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+                raise PrepError(f"{where}: expected [text, intent], got {item!r}")
+            yield where, item[0], [_check_label(item[1], where)]
+
+
+def sst5(folder: Path, split: str) -> Iterator[Example]:
+    """SST-5 ``stsa.fine.{train,dev,test}``: ``<label 0-4> <sentence>`` per line."""
+    path = require_file(folder / SST_FILES[split], f"SST-5 {split}")
+    for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+        label, _, text = decode(raw, path, number).partition(" ")
+        if label not in {"0", "1", "2", "3", "4"}:
+            raise PrepError(f"{path}:{number}: expected '<label 0-4> <sentence>', got {raw[:60]!r}")
+        yield f"{path}:{number}", text, [label]
+
+
+def tsv(path: Path, multi_label: bool) -> Iterator[Example]:
+    """``text<TAB>label`` per line; with ``multi_label`` the label field is a space-separated list."""
+    require_file(path, "TSV examples")
+    for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+        line = decode(raw, path, number)
+        if "\t" not in line:
+            raise PrepError(f"{path}:{number}: expected 'text<TAB>label', found no tab")
+        text, field = line.rsplit("\t", 1)
+        where = f"{path}:{number}"
+        yield where, text, _labels(field.split() if multi_label else [field], multi_label, where)
+
+
+def jsonl(path: Path, multi_label: bool) -> Iterator[Example]:
+    """One JSON object per line: ``{"text": ..., "label": "x"}`` or, multi-label, ``"labels": [...]``."""
+    require_file(path, "JSONL examples")
+    for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(decode(raw, path, number))
+        except json.JSONDecodeError as err:
+            raise PrepError(f"{where}: malformed JSON ({err.msg} at column {err.colno})") from None
+        key = "labels" if multi_label else "label"
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str) or key not in record:
+            raise PrepError(f"{where}: expected an object with 'text' and '{key}'")
+        value = record[key]
+        if multi_label and not isinstance(value, list):
+            raise PrepError(f"{where}: 'labels' must be a list")
+        yield where, record["text"], _labels(value if multi_label else [value], multi_label, where)
+
+
+def _labels(labels: list, multi_label: bool, where: str) -> list[str]:
+    if not multi_label and len(labels) != 1:
+        raise PrepError(f"{where}: expected one label, got {len(labels)} (multi-label data needs --multi-label)")
+    return [_check_label(label, where) for label in labels]
+
+
+def check_label_sets(label_counts: dict[str, dict[str, int]]) -> None:
+    """Every validation/test label must occur in training (fairseq would silently make it <unk>)."""
+    known = set(label_counts.get("train", {}))
+    for split, counts in label_counts.items():
+        unseen = sorted(set(counts) - known)
+        if split != "train" and unseen:
+            raise PrepError(f"{split}: labels that never occur in train: {', '.join(unseen[:10])}")
+
+
+def write_split(out: Path, split: str, examples: Iterator[Example], counts: SplitCounts, *, lowercase: bool,
+                skip_invalid: bool) -> dict[str, int]:
+    """Write ``{split}.input0`` / ``{split}.label``; returns how often each label was written."""
+    label_counts: dict[str, int] = {}
+    with open(out / f"{split}.input0", "w", encoding="utf-8") as fin, \
+            open(out / f"{split}.label", "w", encoding="utf-8") as flab:
+        for where, text, labels in examples:
+            counts.read += 1
+            text = " ".join(text.split())
+            if not text:
+                if not skip_invalid:
+                    raise PrepError(f"{where}: empty text (use --skip-invalid to skip such examples, counted)")
+                counts.skipped["empty text"] += 1
+                continue
+            if not labels:
+                counts.edited["examples without any label"] += 1
+            fin.write((text.lower() if lowercase else text) + "\n")
+            flab.write(" ".join(labels) + "\n")
+            counts.written += 1
+            for label in labels:
+                label_counts[label] = label_counts.get(label, 0) + 1
+    return label_counts
+
+
+def binarize_classification(out: Path, splits: list[str], *, spm_model: Path | None, dictionary: Path | None,
+                            options: SentencePieceOptions, workers: int = 1) -> dict:
+    """``{split}.input0`` → pieces → ``data-bin/input0``; ``{split}.label`` → ``data-bin/label`` (its
+    dictionary built from the training labels, as fairseq's RoBERTa recipes do)."""
+    result = encode_splits(out, splits, ("input0",), spm_model=spm_model, dictionary=dictionary, options=options)
+    lines = result["binarised_sentences"]
+    data_bin = out / "data-bin"
+    fairseq_preprocess(["--only-source", "--srcdict", result["dictionary"],
+                        *split_prefixes(lambda split: out / f"{split}.spm.input0", lines)],
+                       data_bin / "input0", dict(lines), workers)
+    fairseq_preprocess(["--only-source", *split_prefixes(lambda split: out / f"{split}.label", lines)],
+                       data_bin / "label", dict(lines), workers)
+    return {**result, "data_bin": str(data_bin)}
