@@ -74,21 +74,18 @@ def clean(text: str, unk_token: str, counts: SplitCounts) -> str:
 def prepare_split(split: str, src: Path, tgt: Path, out: Path, args: argparse.Namespace) -> SplitCounts:
     counts = SplitCounts()
     limit = args.train_subset if split == "train" else None
-    refs = open(out / "test.ref", "w", encoding="utf-8") if split == "test" else None
-    with PairWriter(out / split, counts) as writer:
+    references = out / "test.ref" if split == "test" else None
+    with PairWriter(out / split, counts, references=references) as writer:
         pairs = read_parallel(src, tgt, counts, skip_invalid=args.skip_invalid)
-        for source, target in tqdm(pairs, desc=split, unit=" pairs", total=limit, disable=None, mininterval=1):
-            if refs is not None:
-                refs.write(target + "\n")  # the reference as read, for scoring
-            source = truncate(clean(source, args.unk_token, counts), args.max_source_tokens, counts, "source")
-            target = clean(target, args.unk_token, counts)
+        for raw_source, raw_target in tqdm(pairs, desc=split, unit=" pairs", total=limit, disable=None,
+                                           mininterval=1):
+            source = truncate(clean(raw_source, args.unk_token, counts), args.max_source_tokens, counts, "source")
+            target = clean(raw_target, args.unk_token, counts)
             if split != "test":
                 target = truncate(target, args.max_target_tokens, counts, "target")
-            writer.write(source, target)
+            writer.write(source, target, reference=raw_target)
             if limit is not None and counts.written == limit:
                 break
-    if refs is not None:
-        refs.close()
     if limit is not None and counts.written < limit:
         raise PrepError(f"--train-subset {limit}: {src} has only {counts.written} usable pairs")
     return counts

@@ -72,14 +72,9 @@ def json_splits(args: argparse.Namespace) -> dict[str, list[Article]]:
 
 def write_split(split: str, pairs, out: Path, counts: SplitCounts) -> None:
     """Write normalised pairs; the test references also go to ``test.ref`` as they are."""
-    refs = open(out / "test.ref", "w", encoding="utf-8") if split == "test" else None
-    with PairWriter(out / split, counts) as writer:
+    with PairWriter(out / split, counts, references=out / "test.ref" if split == "test" else None) as writer:
         for source, target in tqdm(pairs, desc=split, unit=" ex", disable=None, mininterval=1):
-            if refs is not None:
-                refs.write(target + "\n")
-            writer.write(normalize(source), normalize(target))
-    if refs is not None:
-        refs.close()
+            writer.write(normalize(source), normalize(target), reference=target)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,11 +10,12 @@ it to ``<unk>`` without a word.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
 from .binarize import SentencePieceOptions, encode_splits, fairseq_preprocess, split_prefixes
-from .textio import PrepError, SplitCounts, decode, require_file
+from .textio import PairWriter, PrepError, SplitCounts, decode, normalize, require_file
 
 Example = tuple[str, str, list[str]]  # (where it was read, text, labels)
 
@@ -103,12 +104,11 @@ def check_label_sets(label_counts: dict[str, dict[str, int]]) -> None:
 def write_split(out: Path, split: str, examples: Iterator[Example], counts: SplitCounts, *, lowercase: bool,
                 skip_invalid: bool) -> dict[str, int]:
     """Write ``{split}.input0`` / ``{split}.label``; returns how often each label was written."""
-    label_counts: dict[str, int] = {}
-    with open(out / f"{split}.input0", "w", encoding="utf-8") as fin, \
-            open(out / f"{split}.label", "w", encoding="utf-8") as flab:
+    label_counts: Counter = Counter()
+    with PairWriter(out / split, counts, sides=("input0", "label")) as writer:
         for where, text, labels in examples:
             counts.read += 1
-            text = " ".join(text.split())
+            text = normalize(text)
             if not text:
                 if not skip_invalid:
                     raise PrepError(f"{where}: empty text (use --skip-invalid to skip such examples, counted)")
@@ -116,12 +116,9 @@ def write_split(out: Path, split: str, examples: Iterator[Example], counts: Spli
                 continue
             if not labels:
                 counts.edited["examples without any label"] += 1
-            fin.write((text.lower() if lowercase else text) + "\n")
-            flab.write(" ".join(labels) + "\n")
-            counts.written += 1
-            for label in labels:
-                label_counts[label] = label_counts.get(label, 0) + 1
-    return label_counts
+            writer.write(text.lower() if lowercase else text, " ".join(labels))
+            label_counts.update(labels)
+    return dict(label_counts)
 
 
 def binarize_classification(out: Path, splits: list[str], *, spm_model: Path | None, dictionary: Path | None,

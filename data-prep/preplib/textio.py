@@ -100,20 +100,28 @@ def truncate(text: str, max_tokens: int | None, counts: SplitCounts, side: str) 
 
 
 class PairWriter:
-    """Writes ``{prefix}.src`` / ``{prefix}.tgt`` together and counts the pairs written."""
+    """Writes the sides of one split together (``{prefix}.{side}``, one line each) and counts the examples.
 
-    def __init__(self, prefix: Path, counts: SplitCounts) -> None:
-        self.prefix, self.counts = prefix, counts
-        self.files = [open(f"{prefix}.{side}", "w", encoding="utf-8") for side in ("src", "tgt")]
+    With ``references`` it also keeps each example's reference exactly as read in that file (the test
+    split's ``test.ref``, what the scoring scripts compare with).
+    """
 
-    def write(self, source: str, target: str) -> None:
-        for f, text in zip(self.files, (source, target)):
+    def __init__(self, prefix: Path, counts: SplitCounts, sides: tuple[str, ...] = ("src", "tgt"),
+                 references: Path | None = None) -> None:
+        self.counts = counts
+        self.files = [open(f"{prefix}.{side}", "w", encoding="utf-8") for side in sides]
+        self.references = open(references, "w", encoding="utf-8") if references is not None else None
+
+    def write(self, *texts: str, reference: str | None = None) -> None:
+        for f, text in zip(self.files, texts, strict=True):
             f.write(text + "\n")
+        if self.references is not None:
+            self.references.write(reference + "\n")
         self.counts.written += 1
 
     def __enter__(self) -> "PairWriter":
         return self
 
     def __exit__(self, *exc) -> None:
-        for f in self.files:
+        for f in [*self.files, *([self.references] if self.references else [])]:
             f.close()
