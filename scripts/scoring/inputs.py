@@ -166,14 +166,13 @@ def load_pairs(hyp_path: str | Path, ref_path: str | Path | None, *, fmt: str = 
             if parsed.references is None:
                 raise InputError(f"{hyp_path}: no T- lines (run fairseq-generate on data with targets) and no --refs")
             refs = [remove_bpe(r, bpe) for r in parsed.references]
-            ref_label = "T- line of id"
         else:
-            refs, ref_label = read_lines(ref_path), "line"
+            refs = read_lines(ref_path)
     else:
         if ref_path is None:
             raise InputError(f"{hyp_path}: plain text hypotheses need --refs")
         hyps = [remove_bpe(h, bpe) for h in lines]
-        refs, ref_label = read_lines(ref_path), "line"
+        refs = read_lines(ref_path)
     if len(hyps) != len(refs):
         raise InputError(
             f"{len(hyps)} hypotheses in {hyp_path} but {len(refs)} references in {ref_path_used}: "
@@ -181,6 +180,6 @@ def load_pairs(hyp_path: str | Path, ref_path: str | Path | None, *, fmt: str = 
         )
     for index, ref in enumerate(refs):
         if not ref.split():
-            where = index if ref_label != "line" else index + 1
-            raise InputError(f"{ref_path_used}: {ref_label} {where}: empty reference")
+            where = f"T- line of id {index}" if ref_path is None else f"line {index + 1}"
+            raise InputError(f"{ref_path_used}: {where}: empty reference")
     return Pairs(hyps, refs, notes)
