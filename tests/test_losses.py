@@ -232,6 +232,20 @@ def test_multilabel_no_overflow_in_half_precision():
 
 # ----- baselines -----
 
+@pytest.mark.parametrize("eps", [0.0, 0.2])
+def test_softmax_reference_with_label_smoothing(eps):
+    z, t = _rand(seed=8)
+    t[2] = IGNORE
+
+    def row(zs, target):  # (1 - eps) CE + eps * mean_i(-log p_i)
+        lse = math.log(sum(math.exp(x) for x in zs))
+        return (1 - eps) * (lse - zs[target]) + eps * sum(lse - x for x in zs) / len(zs)
+
+    rows = [row(z[i].tolist(), int(t[i])) if int(t[i]) != IGNORE else 0.0 for i in range(len(t))]
+    got = L.softmax_loss(z, t, ignore_index=IGNORE, reduction="none", label_smoothing=eps)
+    torch.testing.assert_close(got, torch.tensor(rows, dtype=torch.float64))
+
+
 def test_temperature_reference():
     z, t = _rand(seed=9)
     rows = [ref_ce_row((z[i] / 2.5).tolist(), int(t[i])) for i in range(len(t))]
@@ -342,6 +356,7 @@ GRADCHECKED = {
     "as_sum": lambda z, t: L.as_softmax_loss(z, t, 0.2, ignore_index=IGNORE),
     "as_mean": lambda z, t: L.as_softmax_loss(z, t, 0.2, ignore_index=IGNORE, reduction="mean"),
     "as_none": lambda z, t: L.as_softmax_loss(z, t, 0.2, ignore_index=IGNORE, reduction="none"),
+    "softmax": lambda z, t: L.softmax_loss(z, t, ignore_index=IGNORE, label_smoothing=0.1),
     "temperature": lambda z, t: L.temperature_softmax_loss(z, t, 0.7, ignore_index=IGNORE),
     "soft_margin": lambda z, t: L.soft_margin_softmax_loss(z, t, 0.5, ignore_index=IGNORE),
     "am": lambda z, t: L.am_softmax_loss(torch.tanh(z), t, 0.35, 10.0, ignore_index=IGNORE),
@@ -403,6 +418,7 @@ def test_half_precision_computes_in_float32(fn, dtype):
         (lambda z, t: L.as_softmax_loss(z, t, 0.3, reduction="avg"), "reduction"),
         (lambda z, t: L.as_multilabel_loss(z, z[:, :3] > 0, 0.3), "labels must have the shape"),
         (lambda z, t: L.temperature_softmax_loss(z, t, 0.0), "temperature"),
+        (lambda z, t: L.softmax_loss(z, t, label_smoothing=1.5), "label_smoothing must be in"),
     ],
 )
 def test_bad_input_raises_clear_value_error(call, message):

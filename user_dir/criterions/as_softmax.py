@@ -1,4 +1,5 @@
-"""``--criterion as_softmax``: AS-Softmax training (Lv et al.) with the paper's δ warm-up."""
+"""``--criterion as_softmax`` / ``as_multilabel``: AS-Softmax training (Lv et al.) with the paper's δ warm-up,
+for one label per row and for multi-label data (Su's loss restricted to the classes AS keeps)."""
 
 from dataclasses import dataclass, field
 
@@ -6,12 +7,12 @@ from fairseq.criterions import register_criterion
 from omegaconf import II
 
 from ..fairseq_compat import num_updates
-from ..losses import as_softmax
-from .base import TokenLoss, TokenLossConfig, TokenLossCriterion
+from ..losses import as_multilabel_loss, as_softmax
+from .base import LossOutput, LossConfig, LossCriterion
 
 
 @dataclass
-class ASSoftmaxConfig(TokenLossConfig):
+class ASSoftmaxConfig(LossConfig):
     as_delta: float = field(
         default=0.3,
         metadata={"help": "drop class i from the softmax when p_target - p_i > delta (0 <= delta <= 1; 1 = plain softmax)"},
@@ -30,8 +31,8 @@ def warmup_delta(delta: float, warmup_ratio: float, max_update: int, update: int
 
 
 @register_criterion("as_softmax", dataclass=ASSoftmaxConfig)
-class ASSoftmaxCriterion(TokenLossCriterion):
-    ratios = {"masked_ratio": ("n_masked", "ntokens"), "as_delta": ("delta_x_tokens", "ntokens")}
+class ASSoftmaxCriterion(LossCriterion):
+    ratios = {"masked_ratio": ("n_masked", "n_rows"), "as_delta": ("delta_x_rows", "n_rows")}
 
     def __init__(self, task, sentence_avg, as_delta, as_warmup_ratio, max_update, ignore_prefix_size=0):
         super().__init__(task, sentence_avg, ignore_prefix_size)
@@ -45,8 +46,22 @@ class ASSoftmaxCriterion(TokenLossCriterion):
         self.warmup_ratio = as_warmup_ratio
         self.max_update = max_update or 0
 
-    def token_loss(self, logits, target, model, reduction):
-        delta = warmup_delta(self.delta, self.warmup_ratio, self.max_update, num_updates(model))
-        out = as_softmax(logits, target, delta, self.padding_idx, reduction)
-        ntokens = (target != self.padding_idx).sum()
-        return TokenLoss(out.loss, out.nll, {"n_masked": out.n_masked, "delta_x_tokens": delta * ntokens})
+    def current_delta(self, model) -> float:
+        return warmup_delta(self.delta, self.warmup_ratio, self.max_update, num_updates(model))
+
+    def row_loss(self, batch, model, reduction):
+        delta = self.current_delta(model)
+        out = as_softmax(batch.logits, batch.target, delta, batch.ignore_index, reduction)
+        return LossOutput(out.loss, out.nll, {"n_masked": out.n_masked, "delta_x_rows": delta * batch.n_rows})
+
+
+@register_criterion("as_multilabel", dataclass=ASSoftmaxConfig)
+class ASMultilabelCriterion(ASSoftmaxCriterion):
+    """Needs ``--multi-label``; a row is masked when AS keeps none of its classes (loss and gradient 0)."""
+
+    multi_label = True
+
+    def row_loss(self, batch, model, reduction):
+        delta = self.current_delta(model)
+        loss, n_masked = as_multilabel_loss(batch.logits, batch.target, delta, reduction, return_masked=True)
+        return LossOutput(loss, None, {"n_masked": n_masked, "delta_x_rows": delta * batch.n_rows})

@@ -1,9 +1,12 @@
-"""The shared shell of every token-level criterion: fairseq bookkeeping around a loss function.
+"""The shared shell of every criterion: fairseq bookkeeping around a loss function.
 
-Subclasses implement ``token_loss(logits, target, model)`` with a function from ``user_dir.losses``;
-this class gets raw logits and targets from a seq2seq sample, ignores padding, reports a plain
-softmax ``nll_loss`` of the same logits (so runs compare with ``cross_entropy`` and
-``label_smoothed_cross_entropy``), and aggregates the logs.
+A criterion scores *rows*: one row per target token for a seq2seq task, one per example (or per
+labelled token) for ``--task text_classification``. Where the rows come from is the task's business:
+a task that defines ``loss_batch(model, sample) -> LossBatch`` supplies them (logits, targets, what to
+ignore, extra counts to log); otherwise they are the decoder logits and targets of a seq2seq sample.
+Subclasses implement ``row_loss(batch, model, reduction)`` with a function from ``user_dir.losses``; this
+class reports a plain softmax ``nll_loss`` of the same logits (so runs compare with ``cross_entropy``
+and ``label_smoothed_cross_entropy``), and aggregates the logs.
 """
 
 import math
@@ -19,68 +22,109 @@ from torch import Tensor
 
 
 @dataclass
-class TokenLossConfig(FairseqDataclass):
+class LossConfig(FairseqDataclass):
     sentence_avg: bool = II("optimization.sentence_avg")
     ignore_prefix_size: int = field(default=0, metadata={"help": "ignore the first N target tokens (e.g. a language tag)"})
 
 
-class TokenLoss(NamedTuple):
-    loss: Tensor  # summed over non-padding tokens (per token when reduce=False)
+class LossBatch(NamedTuple):
+    """The rows a criterion scores, as the task prepares them."""
+
+    logits: Tensor  # (N, V) raw scores
+    target: Tensor  # (N,) class indices, or (N, V) multi-hot for multi-label tasks
+    ignore_index: Optional[int]  # target value of rows that do not count (padding)
+    n_rows: Tensor  # rows that count
+    sample_size: int | Tensor  # what the summed loss is divided by (fairseq's sample_size)
+    cosine_scale: Optional[float] = None  # s when the logits are s·cos (AM-softmax), else None
+    logging: Optional[Dict[str, Tensor]] = None  # summable counts the task logs (e.g. per-class hits)
+
+
+class LossOutput(NamedTuple):
+    loss: Tensor  # summed over the rows that count (per row when reduce=False)
     nll: Optional[Tensor] = None  # plain CE of the same logits, if the loss computed it anyway
-    counts: Optional[Dict[str, Tensor]] = None  # extra summable counts to log (e.g. masked tokens)
+    counts: Optional[Dict[str, Tensor]] = None  # extra summable counts to log (e.g. masked rows)
 
 
-class TokenLossCriterion(FairseqCriterion):
+class LossCriterion(FairseqCriterion):
     # Logged ratios: metric name -> (numerator count, denominator count), both in logging outputs.
     ratios: dict[str, tuple[str, str]] = {}
+    #: True for losses over multi-hot label sets; the task and the criterion must agree.
+    multi_label = False
 
     def __init__(self, task, sentence_avg: bool, ignore_prefix_size: int = 0):
         super().__init__(task)
         self.sentence_avg = sentence_avg
         self.ignore_prefix_size = ignore_prefix_size
+        task_multi_label = bool(getattr(getattr(task, "cfg", None), "multi_label", False))
+        if task_multi_label != self.multi_label:
+            name = self.__class__.__name__
+            raise ValueError(
+                f"{name} is a {'multi' if self.multi_label else 'single'}-label loss but the task is "
+                f"{'multi' if task_multi_label else 'single'}-label: use "
+                + ("--criterion multilabel_softmax or as_multilabel" if task_multi_label
+                   else "a single-label criterion (cross-entropy, sparse_softmax, as_softmax, ...)")
+            )
 
-    def token_loss(self, logits: Tensor, target: Tensor, model, reduction: str) -> TokenLoss:
+    def row_loss(self, batch: LossBatch, model, reduction: str) -> LossOutput:
         raise NotImplementedError
 
-    def model_logits(self, model, sample) -> Tensor:
-        """Raw (pre-softmax) decoder logits ``(B, T, V)``."""
-        if getattr(getattr(model, "decoder", None), "adaptive_softmax", None) is not None:
-            raise ValueError(f"criterion {self.__class__.__name__} needs full logits; --adaptive-softmax-cutoff is not supported")
-        return model(**sample["net_input"])[0]
+    def loss_batch(self, model, sample) -> LossBatch:
+        task_batch = getattr(self.task, "loss_batch", None)
+        if task_batch is not None:
+            return task_batch(model, sample)
+        return self.seq2seq_batch(model, sample)
 
-    def forward(self, model, sample, reduce: bool = True):
-        logits = self.model_logits(model, sample)
+    def seq2seq_batch(self, model, sample) -> LossBatch:
+        """Every non-padding target token of a seq2seq sample is a row, scored by the decoder's logits."""
+        decoder = getattr(model, "decoder", None)
+        if getattr(decoder, "adaptive_softmax", None) is not None:
+            raise ValueError(f"criterion {self.__class__.__name__} needs full logits; --adaptive-softmax-cutoff is not supported")
+        logits = model(**sample["net_input"])[0]
         target = model.get_targets(sample, None)
         if self.ignore_prefix_size > 0:
             logits = logits[:, self.ignore_prefix_size :, :]
             target = target[:, self.ignore_prefix_size :]
-        logits = logits.reshape(-1, logits.size(-1))
         target = target.reshape(-1)
-        out = self.token_loss(logits, target, model, "sum" if reduce else "none")
+        return LossBatch(
+            logits=logits.reshape(-1, logits.size(-1)),
+            target=target,
+            ignore_index=self.padding_idx,
+            n_rows=(target != self.padding_idx).sum(),
+            sample_size=sample["target"].size(0) if self.sentence_avg else sample["ntokens"],
+            cosine_scale=getattr(decoder, "cosine_scale", None),
+        )
+
+    def forward(self, model, sample, reduce: bool = True):
+        batch = self.loss_batch(model, sample)
+        reduction = "sum" if reduce else "none"
+        out = self.row_loss(batch, model, reduction)
         nll = out.nll
-        if nll is None:
+        if nll is None and not self.multi_label:
             with torch.no_grad():
-                nll = plain_nll(logits, target, self.padding_idx, "sum" if reduce else "none")
-        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
+                nll = plain_nll(batch.logits, batch.target, batch.ignore_index, reduction)
         logging_output = {
             "loss": out.loss.data,
-            "nll_loss": nll.data,
             "ntokens": sample["ntokens"],
-            "nsentences": sample["target"].size(0),
-            "sample_size": sample_size,
+            "nsentences": sample["nsentences"] if "nsentences" in sample else sample["target"].size(0),
+            "sample_size": batch.sample_size,
+            "n_rows": batch.n_rows,
         }
-        logging_output.update({k: v.data if torch.is_tensor(v) else v for k, v in (out.counts or {}).items()})
-        return out.loss, sample_size, logging_output
+        if nll is not None:
+            logging_output["nll_loss"] = nll.data
+        for key, value in {**(out.counts or {}), **(batch.logging or {})}.items():
+            logging_output[key] = value.data if torch.is_tensor(value) else value
+        return out.loss, batch.sample_size, logging_output
 
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
         def total(key):
             return sum(float(log.get(key, 0)) for log in logging_outputs)
 
-        sample_size, ntokens = total("sample_size"), total("ntokens")
+        sample_size, rows = total("sample_size"), total("n_rows")
         metrics.log_scalar("loss", total("loss") / max(sample_size, 1) / math.log(2), sample_size, round=3)
-        metrics.log_scalar("nll_loss", total("nll_loss") / max(ntokens, 1) / math.log(2), ntokens, round=3)
-        metrics.log_derived("ppl", lambda meters: 2 ** meters["nll_loss"].avg)
+        if any("nll_loss" in log for log in logging_outputs):
+            metrics.log_scalar("nll_loss", total("nll_loss") / max(rows, 1) / math.log(2), rows, round=3)
+            metrics.log_derived("ppl", lambda meters: 2 ** meters["nll_loss"].avg)
         for name, (num, den) in cls.ratios.items():
             metrics.log_scalar(name, total(num) / max(total(den), 1), total(den), round=4)
 
@@ -89,8 +133,10 @@ class TokenLossCriterion(FairseqCriterion):
         return True
 
 
-def plain_nll(logits: Tensor, target: Tensor, padding_idx: int, reduction: str) -> Tensor:
-    """Softmax cross-entropy in float32, padding ignored; what fairseq reports as nll_loss."""
-    rows = torch.logsumexp(logits.float(), dim=-1) - logits.gather(1, target[:, None]).squeeze(1).float()
-    rows = rows.masked_fill(target == padding_idx, 0.0)
+def plain_nll(logits: Tensor, target: Tensor, ignore_index: Optional[int], reduction: str) -> Tensor:
+    """Softmax cross-entropy in float32, ignored rows zero; what fairseq reports as nll_loss."""
+    valid = target != ignore_index if ignore_index is not None else torch.ones_like(target, dtype=torch.bool)
+    safe = torch.where(valid, target, torch.zeros_like(target))
+    rows = torch.logsumexp(logits.float(), dim=-1) - logits.gather(1, safe[:, None]).squeeze(1).float()
+    rows = rows.masked_fill(~valid, 0.0)
     return rows if reduction == "none" else rows.sum()

@@ -1,7 +1,7 @@
 """Criterions for the softmax alternatives the papers compare against; each wraps one loss function.
 
-Label smoothing is fairseq's own ``label_smoothed_cross_entropy`` and plain softmax is
-``cross_entropy``: the plugin does not duplicate them.
+For seq2seq tasks fairseq's own ``cross_entropy`` and ``label_smoothed_cross_entropy`` do the same as
+``softmax``; ``softmax`` exists because fairseq's criterions cannot score ``--task text_classification``.
 """
 
 from dataclasses import dataclass, field
@@ -12,15 +12,17 @@ from fairseq.dataclass import ChoiceEnum
 from ..losses import (
     am_softmax_loss,
     entmax15_loss,
+    multilabel_categorical_crossentropy,
     sm_taylor_softmax_loss,
     soft_margin_softmax_loss,
+    softmax_loss,
     sparsemax_loss,
     taylor_softmax_loss,
     temperature_softmax_loss,
 )
 from ..losses._common import compute_dtype
 from ..losses.taylor import GRADIENTS
-from .base import TokenLoss, TokenLossConfig, TokenLossCriterion
+from .base import LossOutput, LossConfig, LossCriterion
 
 
 def _margin_field(default: float):
@@ -32,22 +34,30 @@ def _order_field():
 
 
 @dataclass
-class TemperatureConfig(TokenLossConfig):
+class SoftmaxConfig(LossConfig):
+    label_smoothing: float = field(
+        default=0.0,
+        metadata={"help": "epsilon: (1 - eps) * CE + eps * mean over all classes of -log p (torch's label smoothing)"},
+    )
+
+
+@dataclass
+class TemperatureConfig(LossConfig):
     softmax_temperature: float = field(default=1.0, metadata={"help": "train with CE(logits / T)"})
 
 
 @dataclass
-class SoftMarginConfig(TokenLossConfig):
+class SoftMarginConfig(LossConfig):
     softmax_margin: float = _margin_field(0.5)
 
 
 @dataclass
-class AMSoftmaxConfig(TokenLossConfig):
+class AMSoftmaxConfig(LossConfig):
     softmax_margin: float = _margin_field(0.35)
 
 
 @dataclass
-class TaylorConfig(TokenLossConfig):
+class TaylorConfig(LossConfig):
     taylor_order: int = _order_field()
     taylor_gradient: ChoiceEnum(GRADIENTS) = field(
         default="exact",
@@ -56,76 +66,99 @@ class TaylorConfig(TokenLossConfig):
 
 
 @dataclass
-class SMTaylorConfig(TokenLossConfig):
+class SMTaylorConfig(LossConfig):
     taylor_order: int = _order_field()
     softmax_margin: float = _margin_field(0.5)
 
 
+@register_criterion("softmax", dataclass=SoftmaxConfig)
+class SoftmaxCriterion(LossCriterion):
+    """Plain softmax cross-entropy, optionally label-smoothed: the baseline every other loss is compared with."""
+
+    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0):
+        super().__init__(task, sentence_avg, ignore_prefix_size)
+        self.eps = label_smoothing
+
+    def row_loss(self, batch, model, reduction):
+        return LossOutput(softmax_loss(batch.logits, batch.target, batch.ignore_index, reduction, self.eps))
+
+
 @register_criterion("temperature_softmax", dataclass=TemperatureConfig)
-class TemperatureSoftmaxCriterion(TokenLossCriterion):
+class TemperatureSoftmaxCriterion(LossCriterion):
     def __init__(self, task, sentence_avg, softmax_temperature, ignore_prefix_size=0):
         super().__init__(task, sentence_avg, ignore_prefix_size)
         self.temperature = softmax_temperature
 
-    def token_loss(self, logits, target, model, reduction):
-        return TokenLoss(temperature_softmax_loss(logits, target, self.temperature, self.padding_idx, reduction))
+    def row_loss(self, batch, model, reduction):
+        return LossOutput(temperature_softmax_loss(batch.logits, batch.target, self.temperature, batch.ignore_index, reduction))
 
 
 @register_criterion("soft_margin_softmax", dataclass=SoftMarginConfig)
-class SoftMarginSoftmaxCriterion(TokenLossCriterion):
+class SoftMarginSoftmaxCriterion(LossCriterion):
     def __init__(self, task, sentence_avg, softmax_margin, ignore_prefix_size=0):
         super().__init__(task, sentence_avg, ignore_prefix_size)
         self.margin = softmax_margin
 
-    def token_loss(self, logits, target, model, reduction):
-        return TokenLoss(soft_margin_softmax_loss(logits, target, self.margin, self.padding_idx, reduction))
+    def row_loss(self, batch, model, reduction):
+        return LossOutput(soft_margin_softmax_loss(batch.logits, batch.target, self.margin, batch.ignore_index, reduction))
 
 
 @register_criterion("am_softmax", dataclass=AMSoftmaxConfig)
-class AMSoftmaxCriterion(TokenLossCriterion):
-    """Needs ``--arch cosine_transformer*``, whose logits are ``s·cos``; the scale s is the model's."""
+class AMSoftmaxCriterion(LossCriterion):
+    """Needs cosine logits ``s·cos`` (``--arch cosine_transformer*``, or ``--classifier cosine`` for
+    classification); the scale s is the model's."""
 
     def __init__(self, task, sentence_avg, softmax_margin, ignore_prefix_size=0):
         super().__init__(task, sentence_avg, ignore_prefix_size)
         self.margin = softmax_margin
 
-    def token_loss(self, logits, target, model, reduction):
-        scale = getattr(model.decoder, "cosine_scale", None)
+    def row_loss(self, batch, model, reduction):
+        scale = batch.cosine_scale
         if scale is None:
             raise ValueError("--criterion am_softmax needs cosine logits: train with --arch cosine_transformer "
-                             "(or cosine_transformer_tiny)")
-        cosine = logits.to(compute_dtype(logits)) / scale  # divide after the float32 cast, not in bf16
-        loss = am_softmax_loss(cosine, target, self.margin, scale, self.padding_idx, reduction)
-        return TokenLoss(loss)
+                             "(or cosine_transformer_tiny), or --classifier cosine with --task text_classification")
+        cosine = batch.logits.to(compute_dtype(batch.logits)) / scale  # divide after the float32 cast, not in bf16
+        loss = am_softmax_loss(cosine, batch.target, self.margin, scale, batch.ignore_index, reduction)
+        return LossOutput(loss)
 
 
 @register_criterion("taylor_softmax", dataclass=TaylorConfig)
-class TaylorSoftmaxCriterion(TokenLossCriterion):
+class TaylorSoftmaxCriterion(LossCriterion):
     def __init__(self, task, sentence_avg, taylor_order, taylor_gradient, ignore_prefix_size=0):
         super().__init__(task, sentence_avg, ignore_prefix_size)
         self.order, self.gradient = taylor_order, taylor_gradient
 
-    def token_loss(self, logits, target, model, reduction):
-        return TokenLoss(taylor_softmax_loss(logits, target, self.order, self.gradient, self.padding_idx, reduction))
+    def row_loss(self, batch, model, reduction):
+        return LossOutput(taylor_softmax_loss(batch.logits, batch.target, self.order, self.gradient, batch.ignore_index, reduction))
 
 
 @register_criterion("sm_taylor_softmax", dataclass=SMTaylorConfig)
-class SMTaylorSoftmaxCriterion(TokenLossCriterion):
+class SMTaylorSoftmaxCriterion(LossCriterion):
     def __init__(self, task, sentence_avg, taylor_order, softmax_margin, ignore_prefix_size=0):
         super().__init__(task, sentence_avg, ignore_prefix_size)
         self.order, self.margin = taylor_order, softmax_margin
 
-    def token_loss(self, logits, target, model, reduction):
-        return TokenLoss(sm_taylor_softmax_loss(logits, target, self.order, self.margin, self.padding_idx, reduction))
+    def row_loss(self, batch, model, reduction):
+        return LossOutput(sm_taylor_softmax_loss(batch.logits, batch.target, self.order, self.margin, batch.ignore_index, reduction))
 
 
-@register_criterion("sparsemax", dataclass=TokenLossConfig)
-class SparsemaxCriterion(TokenLossCriterion):
-    def token_loss(self, logits, target, model, reduction):
-        return TokenLoss(sparsemax_loss(logits, target, self.padding_idx, reduction))
+@register_criterion("sparsemax", dataclass=LossConfig)
+class SparsemaxCriterion(LossCriterion):
+    def row_loss(self, batch, model, reduction):
+        return LossOutput(sparsemax_loss(batch.logits, batch.target, batch.ignore_index, reduction))
 
 
-@register_criterion("entmax15", dataclass=TokenLossConfig)
-class Entmax15Criterion(TokenLossCriterion):
-    def token_loss(self, logits, target, model, reduction):
-        return TokenLoss(entmax15_loss(logits, target, self.padding_idx, reduction))
+@register_criterion("entmax15", dataclass=LossConfig)
+class Entmax15Criterion(LossCriterion):
+    def row_loss(self, batch, model, reduction):
+        return LossOutput(entmax15_loss(batch.logits, batch.target, batch.ignore_index, reduction))
+
+
+@register_criterion("multilabel_softmax", dataclass=LossConfig)
+class MultilabelSoftmaxCriterion(LossCriterion):
+    """Su's multi-label categorical cross-entropy (needs ``--multi-label``); predict the classes scored > 0."""
+
+    multi_label = True
+
+    def row_loss(self, batch, model, reduction):
+        return LossOutput(multilabel_categorical_crossentropy(batch.logits, batch.target, reduction))

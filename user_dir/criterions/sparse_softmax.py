@@ -5,11 +5,11 @@ from dataclasses import dataclass, field
 from fairseq.criterions import register_criterion
 
 from ..losses import sparse_softmax_loss
-from .base import TokenLoss, TokenLossConfig, TokenLossCriterion
+from .base import LossOutput, LossConfig, LossCriterion
 
 
 @dataclass
-class SparseSoftmaxConfig(TokenLossConfig):
+class SparseSoftmaxConfig(LossConfig):
     sparse_topk: int = field(
         default=10,
         metadata={"help": "normalise the softmax over the k largest logits only (SPACES default 10); "
@@ -24,7 +24,7 @@ class SparseSoftmaxConfig(TokenLossConfig):
 
 
 @register_criterion("sparse_softmax", dataclass=SparseSoftmaxConfig)
-class SparseSoftmaxCriterion(TokenLossCriterion):
+class SparseSoftmaxCriterion(LossCriterion):
     def __init__(self, task, sentence_avg, sparse_topk, label_smoothing, ignore_prefix_size=0):
         super().__init__(task, sentence_avg, ignore_prefix_size)
         if sparse_topk < 1:
@@ -32,7 +32,7 @@ class SparseSoftmaxCriterion(TokenLossCriterion):
         self.k = sparse_topk
         self.eps = label_smoothing
 
-    def token_loss(self, logits, target, model, reduction):
-        k = min(self.k, logits.size(-1))  # top-V of V classes is the full softmax, exactly
-        loss = sparse_softmax_loss(logits, target, k, self.padding_idx, reduction, self.eps)
-        return TokenLoss(loss)
+    def row_loss(self, batch, model, reduction):
+        k = min(self.k, batch.logits.size(-1))  # top-V of V classes is the full softmax, exactly
+        loss = sparse_softmax_loss(batch.logits, batch.target, k, batch.ignore_index, reduction, self.eps)
+        return LossOutput(loss)

@@ -7,7 +7,7 @@ for half-precision inputs.
 """
 from .as_softmax import ASSoftmaxOutput, as_softmax, as_softmax_loss
 from .multilabel import as_multilabel_loss, as_multilabel_masks, multilabel_categorical_crossentropy
-from .softmax_variants import am_softmax_loss, soft_margin_softmax_loss, temperature_softmax_loss
+from .softmax_variants import am_softmax_loss, soft_margin_softmax_loss, softmax_loss, temperature_softmax_loss
 from .sparse_softmax import sparse_softmax_loss
 from .sparsemax import entmax15_loss, sparsemax_loss
 from .taylor import sm_taylor_softmax_loss, taylor_expansion, taylor_softmax_loss
@@ -23,6 +23,7 @@ __all__ = [
     "multilabel_categorical_crossentropy",
     "soft_margin_softmax_loss",
     "sm_taylor_softmax_loss",
+    "softmax_loss",
     "sparse_softmax_loss",
     "sparsemax_loss",
     "taylor_expansion",

@@ -1,4 +1,5 @@
-"""Cross-entropy on transformed logits: temperature, soft-margin and additive-margin (AM) softmax.
+"""Softmax cross-entropy, plain or label-smoothed, and on transformed logits: temperature, soft-margin
+and additive-margin (AM) softmax.
 
 Each baseline is plain softmax CE after one change to the logits, so they share ``_ce_rows``.
 """
@@ -8,17 +9,29 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._common import compute_dtype, prepare_rows, reduce_rows
+from ._common import check_range, compute_dtype, prepare_rows, reduce_rows
 
 
-def _ce_rows(z: Tensor, target: Tensor) -> Tensor:
-    return F.cross_entropy(z, target, reduction="none")
+def _ce_rows(z: Tensor, target: Tensor, label_smoothing: float = 0.0) -> Tensor:
+    return F.cross_entropy(z, target, reduction="none", label_smoothing=label_smoothing)
 
 
 def _margin_rows(z: Tensor, target: Tensor, margin: float) -> Tensor:
     """CE of ``z`` with ``margin`` subtracted from the target logit only."""
     shifted = z.scatter_add(1, target[:, None], z.new_full((z.shape[0], 1), -float(margin)))
     return _ce_rows(shifted, target)
+
+
+def softmax_loss(
+    logits: Tensor, target: Tensor, ignore_index: int | None = None, reduction: str = "sum", label_smoothing: float = 0.0
+) -> Tensor:
+    """Softmax cross-entropy; label smoothing ε gives ``(1-ε)·CE + ε·mean_i(-log p_i)`` (torch's definition:
+    the target keeps its share of ε, where fairseq's ``label_smoothed_cross_entropy`` spreads ε over the
+    other V-1 classes)."""
+    rows = prepare_rows(logits, target, ignore_index, reduction)
+    check_range("label_smoothing", label_smoothing, 0.0, 1.0)
+    z = logits.to(compute_dtype(logits))
+    return reduce_rows(_ce_rows(z, rows.target, label_smoothing), rows.valid, reduction)
 
 
 def temperature_softmax_loss(
