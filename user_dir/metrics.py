@@ -1,0 +1,76 @@
+"""Classification metrics computed from summable counts, so a whole split is scored exactly however
+fairseq batches it and however many workers it runs on (averaging per-batch F1s would not be).
+
+Plain PyTorch/Python, no fairseq. Per class the counts are true positives, false positives and false
+negatives; accuracy, micro-F1 and macro-F1 follow from their sums. For token classification the
+counts are entities (conlleval's chunk rules, which read IOB1 and IOB2/BIO alike).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def predict_single_label(logits: Tensor) -> Tensor:
+    """``(N, C)`` scores → ``(N, C)`` one-hot of the arg-max."""
+    return torch.zeros_like(logits, dtype=torch.bool).scatter_(1, logits.argmax(dim=1, keepdim=True), True)
+
+
+def predict_multi_label(logits: Tensor, top_n: int = 0) -> Tensor:
+    """``(N, C)`` scores → multi-hot: the classes scored > 0 (Su's loss), or the ``top_n`` best."""
+    if top_n <= 0:
+        return logits > 0
+    top = logits.topk(min(top_n, logits.size(1)), dim=1).indices
+    return torch.zeros_like(logits, dtype=torch.bool).scatter_(1, top, True)
+
+
+def class_counts(pred: Tensor, gold: Tensor) -> Tensor:
+    """``(3, C)`` int64: true positives, false positives, false negatives per class, from bool ``(N, C)``."""
+    return torch.stack([(pred & gold).sum(0), (pred & ~gold).sum(0), (~pred & gold).sum(0)])
+
+
+def f1_scores(counts: Tensor) -> tuple[float, float]:
+    """(micro-F1, macro-F1) in [0, 1] from ``class_counts`` summed over a split.
+
+    Macro-F1 averages over the classes that occur in the gold labels or the predictions (a class in
+    neither has no defined F1), as scikit-learn does for single-label data.
+    """
+    tp, fp, fn = counts.double()
+    seen = (tp + fp + fn) > 0
+    if not bool(seen.any()):
+        return 0.0, 0.0
+    micro = 2 * tp.sum() / (2 * tp.sum() + fp.sum() + fn.sum())
+    macro = (2 * tp[seen] / (2 * tp[seen] + fp[seen] + fn[seen])).mean()
+    return float(micro), float(macro)
+
+
+def entities(tags: list[str]) -> set[tuple[int, int, str]]:
+    """The ``(start, end, type)`` chunks of a tag sequence (end exclusive), by conlleval's rules:
+    a chunk starts at ``B-X``, or at ``I-X`` after ``O`` or another type, and ends where the next
+    token does not continue it. Anything that is not ``B-``/``I-`` prefixed is outside (``O``)."""
+    chunks, start, kind = set(), None, None
+    for i, tag in enumerate(tags + ["O"]):
+        prefix, _, this = tag.partition("-") if tag[:2] in ("B-", "I-") else ("O", "", None)
+        if start is not None and (prefix != "I" or this != kind):
+            chunks.add((start, i, kind))
+            start = None
+        if prefix == "B" or (prefix == "I" and start is None):
+            start, kind = i, this
+    return chunks
+
+
+def entity_counts(predicted: list[list[str]], gold: list[list[str]]) -> Tensor:
+    """``(3,)`` int64: correct, predicted and gold entities over sentences of tags."""
+    correct = found = expected = 0
+    for pred_tags, gold_tags in zip(predicted, gold, strict=True):
+        pred_chunks, gold_chunks = entities(pred_tags), entities(gold_tags)
+        correct += len(pred_chunks & gold_chunks)
+        found += len(pred_chunks)
+        expected += len(gold_chunks)
+    return torch.tensor([correct, found, expected])
+
+
+def entity_f1(counts: Tensor) -> float:
+    """Entity-level F1 in [0, 1] from summed ``entity_counts`` (conlleval's FB1 / 100)."""
+    correct, found, expected = (float(c) for c in counts)
+    return 2 * correct / (found + expected) if found + expected else 0.0
