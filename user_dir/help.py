@@ -11,7 +11,7 @@ import sys
 
 from fairseq.criterions import CRITERION_DATACLASS_REGISTRY
 from fairseq.dataclass.utils import gen_parser_from_dataclass
-from fairseq.models import MODEL_REGISTRY
+from fairseq.models import MODEL_DATACLASS_REGISTRY, MODEL_REGISTRY
 from fairseq.tasks import TASK_DATACLASS_REGISTRY
 
 import user_dir  # noqa: F401  (registers everything below)
@@ -21,6 +21,7 @@ from user_dir import criterions, models, tasks
 def plugin_parsers() -> dict[str, argparse.ArgumentParser]:
     """One parser per plugin criterion / model / task, named as on the fairseq command line."""
     parsers = {}
+    plugin = user_dir.__name__
     for name, dc in sorted(CRITERION_DATACLASS_REGISTRY.items()):
         if dc.__module__.startswith(criterions.__name__):
             parser = argparse.ArgumentParser(prog=f"--criterion {name}", add_help=False)
@@ -29,13 +30,18 @@ def plugin_parsers() -> dict[str, argparse.ArgumentParser]:
     for name, cls in sorted(MODEL_REGISTRY.items()):
         if cls.__module__.startswith(models.__name__):
             parser = argparse.ArgumentParser(prog=f"--arch {name}", add_help=False)
-            cls.add_own_args(parser)  # what the plugin adds to the parent model's options
+            if name in MODEL_DATACLASS_REGISTRY:
+                gen_parser_from_dataclass(parser, MODEL_DATACLASS_REGISTRY[name]())
+            else:
+                cls.add_own_args(parser)  # what the plugin adds to the parent model's options
             parsers[f"model {name}"] = parser
     for name, dc in sorted(TASK_DATACLASS_REGISTRY.items()):
         if dc.__module__.startswith(tasks.__name__):
             parser = argparse.ArgumentParser(prog=f"--task {name}", add_help=False)
-            for base in dc.__mro__[1:]:  # the option groups the plugin adds to the fairseq task it extends
-                if base.__module__ == dc.__module__:
+            # a task extending a fairseq task: only the option groups the plugin adds to it
+            extends = any(base.__module__.startswith("fairseq.") for base in dc.__bases__)
+            for base in dc.__mro__[1:] if extends else [dc]:
+                if base.__module__.startswith(plugin) and base.__module__ != "user_dir.help":
                     gen_parser_from_dataclass(parser, base())
             parsers[f"task {name}"] = parser
     return parsers

@@ -7,10 +7,11 @@ distribution the model was trained on (the margin is training-only).
 """
 from __future__ import annotations
 
-import torch.nn.functional as F
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerModel
 from fairseq.models.transformer.transformer_legacy import tiny_architecture
+
+from .heads import scaled_cosine
 
 
 class CosineTransformerDecoder(TransformerDecoderBase):
@@ -21,8 +22,7 @@ class CosineTransformerDecoder(TransformerDecoderBase):
         self.cosine_scale = cosine_scale
 
     def output_layer(self, features):
-        weight = F.normalize(self.output_projection.weight, dim=-1)
-        return self.cosine_scale * F.linear(F.normalize(features, dim=-1), weight)
+        return scaled_cosine(features, self.output_projection.weight, self.cosine_scale)
 
 
 @register_model("cosine_transformer")

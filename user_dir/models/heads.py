@@ -1,0 +1,54 @@
+"""Classification heads for ``--task text_classification``, linear or cosine (AM-softmax).
+
+They keep the layout of fairseq's ``RobertaClassificationHead`` (``dense`` → tanh → ``out_proj``, with
+dropout), so RoBERTa's checkpoint code (``upgrade_state_dict_named``) recognises them, and they sit in
+the model's ``classification_heads`` like RoBERTa's own. Sentence-level heads read the first token
+(``<s>``, which the task prepends); token-level heads score every position.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def scaled_cosine(features: Tensor, weight: Tensor, scale: float) -> Tensor:
+    """``s · cos(features, weight rows)``: the logits AM-softmax is defined on."""
+    return scale * F.linear(F.normalize(features, dim=-1), F.normalize(weight, dim=-1))
+
+
+class CosineLinear(nn.Module):
+    """A bias-free linear layer whose outputs are ``s·cos(x, w_c)``; ``cosine_scale`` tells criterions s."""
+
+    def __init__(self, in_features: int, out_features: int, scale: float):
+        super().__init__()
+        if not scale > 0:
+            raise ValueError(f"--cosine-scale must be > 0, got {scale}")
+        self.in_features, self.out_features = in_features, out_features
+        self.cosine_scale = scale
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        nn.init.normal_(self.weight, std=in_features**-0.5)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return scaled_cosine(x, self.weight, self.cosine_scale)
+
+
+class ClassificationHead(nn.Module):
+    def __init__(self, input_dim: int, inner_dim: int, num_classes: int, dropout: float, token_level: bool,
+                 cosine_scale: float | None = None):
+        super().__init__()
+        self.token_level = token_level
+        self.dense = nn.Linear(input_dim, inner_dim)
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = (nn.Linear(inner_dim, num_classes) if cosine_scale is None
+                         else CosineLinear(inner_dim, num_classes, cosine_scale))
+
+    @property
+    def cosine_scale(self) -> float | None:
+        return getattr(self.out_proj, "cosine_scale", None)
+
+    def forward(self, features: Tensor, **unused) -> Tensor:
+        """``(B, T, D)`` encoder features → ``(B, C)`` logits, or ``(B, T, C)`` when token-level."""
+        x = features if self.token_level else features[:, 0, :]
+        x = torch.tanh(self.dense(self.dropout(x)))
+        return self.out_proj(self.dropout(x))

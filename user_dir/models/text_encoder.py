@@ -1,0 +1,63 @@
+"""``--arch text_encoder``: a small transformer encoder for classification experiments on a CPU.
+
+RoBERTa from fairseq (``--arch roberta_base`` shrunk by flags) works with ``--task text_classification``
+too; this model exists because a CPU run should take minutes: it is the same pre-LayerNorm encoder
+built from ``torch.nn.TransformerEncoderLayer`` (whose fused kernels fairseq's layers do not use), with
+no LM head, no pooler and no extra embeddings. The task adds its classification heads to
+``classification_heads``, exactly as for RoBERTa, and reads the first position (``<s>``) for
+sentence-level labels.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+from fairseq.dataclass import FairseqDataclass
+from fairseq.models import BaseFairseqModel, register_model
+from torch import Tensor, nn
+
+
+@dataclass
+class TextEncoderConfig(FairseqDataclass):
+    encoder_layers: int = field(default=2, metadata={"help": "number of transformer layers"})
+    encoder_embed_dim: int = field(default=128, metadata={"help": "model (embedding) dimension"})
+    encoder_ffn_embed_dim: int = field(default=256, metadata={"help": "feed-forward inner dimension"})
+    encoder_attention_heads: int = field(default=4, metadata={"help": "attention heads per layer"})
+    dropout: float = field(default=0.1, metadata={"help": "dropout on embeddings, attention and feed-forward"})
+    max_positions: int = field(default=256, metadata={"help": "longest input in tokens (<s> included); "
+                                                              "fairseq refuses or reports longer ones"})
+
+
+@register_model("text_encoder", dataclass=TextEncoderConfig)
+class TextEncoderModel(BaseFairseqModel):
+    def __init__(self, cfg: TextEncoderConfig, dictionary):
+        super().__init__()
+        dim = cfg.encoder_embed_dim
+        self.padding_idx = dictionary.pad()
+        self.max_source_positions = cfg.max_positions
+        self.embed_tokens = nn.Embedding(len(dictionary), dim, padding_idx=self.padding_idx)
+        self.embed_positions = nn.Embedding(cfg.max_positions, dim)
+        nn.init.normal_(self.embed_tokens.weight, std=dim**-0.5)
+        nn.init.normal_(self.embed_positions.weight, std=dim**-0.5)
+        self.dropout = nn.Dropout(cfg.dropout)
+        layer = nn.TransformerEncoderLayer(dim, cfg.encoder_attention_heads, cfg.encoder_ffn_embed_dim, cfg.dropout,
+                                           activation="gelu", batch_first=True, norm_first=True)
+        self.layers = nn.TransformerEncoder(layer, cfg.encoder_layers, enable_nested_tensor=False)
+        self.layer_norm = nn.LayerNorm(dim)
+        self.classification_heads = nn.ModuleDict()
+
+    @classmethod
+    def build_model(cls, cfg: TextEncoderConfig, task):
+        return cls(cfg, task.source_dictionary)
+
+    def max_positions(self) -> int:
+        return self.max_source_positions
+
+    def forward(self, src_tokens: Tensor, classification_head_name: str | None = None, **unused):
+        """``(B, T)`` tokens → ``(B, T, D)`` features (padding positions included), like RoBERTa's
+        ``features_only`` output; with ``classification_head_name`` that head's logits instead."""
+        positions = torch.arange(src_tokens.size(1), device=src_tokens.device)
+        x = self.dropout(self.embed_tokens(src_tokens) + self.embed_positions(positions))
+        x = self.layer_norm(self.layers(x, src_key_padding_mask=src_tokens.eq(self.padding_idx)))
+        if classification_head_name is not None:
+            x = self.classification_heads[classification_head_name](x)
+        return x, {}

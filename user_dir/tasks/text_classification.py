@@ -1,0 +1,264 @@
+"""``--task text_classification``: single-label, multi-label and token classification with any of the
+plugin's criterions, scored over whole splits (accuracy, micro/macro-F1, entity F1).
+
+Data is fairseq's RoBERTa layout, as ``data-prep/prepare_classification.py`` and
+``data-prep/prepare_conll.py`` write it: ``DATA/input0`` (text) and ``DATA/label`` (labels), both
+binarised with ``fairseq-preprocess --only-source``. A label line holds one label, a space-separated
+label set (``--multi-label``), or one label per input token (``--token-level``; sub-word pieces after
+the first of a word carry ``--ignore-label`` and are neither trained nor scored).
+
+Models: fairseq's RoBERTa (``--arch roberta_base`` with ``--encoder-layers`` etc. to shrink it) or the
+plugin's ``--arch text_encoder``; the task adds a classification head (linear, or cosine logits for
+``--criterion am_softmax`` with ``--classifier cosine``) to the model's ``classification_heads``.
+Criterions get their rows from ``loss_batch``; the task logs per-class (or per-entity) counts with
+every batch and turns their sums into the split's metrics, which ``--best-checkpoint-metric`` can
+name (``accuracy``, ``macro_f1``, ``micro_f1``, ``entity_f1``, with ``--maximize-best-checkpoint-metric``).
+``fairseq-validate --valid-subset test`` scores a checkpoint on the test split.
+"""
+
+import os
+from dataclasses import dataclass, field
+from typing import List
+
+import numpy as np
+import torch
+from fairseq.data import (BaseWrapperDataset, Dictionary, IdDataset, NestedDictionaryDataset, NumelDataset,
+                          NumSamplesDataset, PrependTokenDataset, RightPadDataset, SortDataset, data_utils)
+from fairseq.dataclass import ChoiceEnum
+from fairseq.logging import metrics
+from fairseq.tasks import FairseqTask, register_task
+from omegaconf import II, MISSING
+
+from .. import metrics as scores
+from ..as_speed import ASSpeedConfig, ASSpeedTask
+from ..criterions.base import LossBatch
+from ..models.heads import ClassificationHead
+
+#: Target value of positions that are not scored (<s>, </s>, padding, --ignore-label pieces).
+IGNORE = -100
+
+
+@dataclass
+class TextClassificationConfig(ASSpeedConfig):
+    data: str = field(default=MISSING, metadata={"help": "folder with input0/ and label/ (fairseq-preprocess --only-source)"})
+    num_classes: int = field(
+        default=-1,
+        metadata={"help": "number of classes; checked against the label dictionary (-1: take it from there)"},
+    )
+    multi_label: bool = field(
+        default=False, metadata={"help": "each example has a set of labels (space-separated on its label line)"}
+    )
+    token_level: bool = field(
+        default=False, metadata={"help": "one label per input token (e.g. CoNLL NER); scored by entity F1"}
+    )
+    ignore_label: str = field(
+        default="X",
+        metadata={"help": "--token-level: the label of pieces that are not scored (a word's pieces after its first)"},
+    )
+    predict_top_n: int = field(
+        default=0,
+        metadata={"help": "--multi-label: predict the N best-scored classes instead of those scored > 0 "
+                  "(Su's loss puts the decision boundary at 0)"},
+    )
+    classifier: ChoiceEnum(["linear", "cosine"]) = field(
+        default="linear",
+        metadata={"help": "output layer of the head: 'linear', or 'cosine' for s·cos logits (needed by am_softmax)"},
+    )
+    cosine_scale: float = field(default=30.0, metadata={"help": "--classifier cosine: the scale s"})
+    classifier_inner_dim: int = field(default=-1, metadata={"help": "head's hidden size (-1: the encoder's)"})
+    classifier_dropout: float = field(default=0.1, metadata={"help": "dropout in the classification head"})
+    classification_head_name: str = field(default="text_classification_head", metadata={"help": "head name"})
+    seed: int = II("common.seed")
+    train_subset: str = II("dataset.train_subset")
+    update_freq: List[int] = II("optimization.update_freq")
+
+
+class LabelDataset(BaseWrapperDataset):
+    """Binarised label lines → training targets: a class index, a multi-hot vector, or one class index
+    per input position (``IGNORE`` at ``<s>``, ``</s>`` and ignored pieces)."""
+
+    def __init__(self, labels, to_class: torch.Tensor, num_classes: int, kind: str, where: str):
+        super().__init__(labels)
+        self.to_class, self.num_classes, self.kind, self.where = to_class, num_classes, kind, where
+
+    def __getitem__(self, index):
+        ids = self.to_class[self.dataset[index][:-1].long()]  # drop the </s> fairseq-preprocess appends
+        unknown = ids == -1
+        if bool(unknown.any()):
+            raise ValueError(f"{self.where}: example {index} has a label outside the label dictionary's classes")
+        if self.kind == "token":
+            edge = ids.new_full((1,), IGNORE)
+            return torch.cat([edge, ids, edge])
+        if self.kind == "multi":
+            return torch.zeros(self.num_classes, dtype=torch.bool).index_fill_(0, ids, True)
+        return ids[0]
+
+    def collater(self, samples):
+        if self.kind == "token":
+            return data_utils.collate_tokens(samples, pad_idx=IGNORE)
+        return torch.stack(samples)
+
+
+@register_task("text_classification", dataclass=TextClassificationConfig)
+class TextClassificationTask(ASSpeedTask, FairseqTask):
+    cfg: TextClassificationConfig
+
+    def __init__(self, cfg: TextClassificationConfig, data_dictionary: Dictionary, label_dictionary: Dictionary):
+        super().__init__(cfg)
+        self.dictionary, self.label_dictionary = data_dictionary, label_dictionary
+        if cfg.multi_label and cfg.token_level:
+            raise ValueError("--multi-label and --token-level cannot be combined")
+        if cfg.predict_top_n and not cfg.multi_label:
+            raise ValueError("--predict-top-n applies to --multi-label data")
+        special = set(label_dictionary.symbols[: label_dictionary.nspecial])
+        ignored = {cfg.ignore_label} if cfg.token_level else set()
+        # fairseq-preprocess pads dictionaries to a multiple of 8 with madeupwordNNNN entries
+        self.class_names = [s for s in label_dictionary.symbols
+                            if s not in special | ignored and not s.startswith("madeupword")]
+        self.to_class = torch.full((len(label_dictionary),), -1, dtype=torch.long)
+        for i, name in enumerate(self.class_names):
+            self.to_class[label_dictionary.index(name)] = i
+        if cfg.token_level and cfg.ignore_label in label_dictionary.indices:
+            self.to_class[label_dictionary.index(cfg.ignore_label)] = IGNORE
+        if cfg.num_classes not in (-1, len(self.class_names)):
+            raise ValueError(f"--num-classes {cfg.num_classes}, but the label dictionary "
+                             f"{os.path.join(cfg.data, 'label', 'dict.txt')} has {len(self.class_names)} classes")
+        if cfg.token_level:
+            odd = [s for s in self.class_names if s != "O" and s[:2] not in ("B-", "I-")]
+            if odd:
+                raise ValueError(f"--token-level scores entities from BIO tags (B-X, I-X, O); the label dictionary "
+                                 f"also has {', '.join(odd[:5])} (is --ignore-label {cfg.ignore_label!r} right?)")
+
+    @classmethod
+    def setup_task(cls, cfg: TextClassificationConfig, **kwargs):
+        def load(side: str) -> Dictionary:
+            path = os.path.join(cfg.data, side, "dict.txt")
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{path} not found: --task text_classification reads DATA/input0 and "
+                                        "DATA/label (data-prep/prepare_classification.py writes them)")
+            return Dictionary.load(path)
+
+        return cls(cfg, load("input0"), load("label"))
+
+    @property
+    def source_dictionary(self):
+        return self.dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.label_dictionary
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def load_dataset(self, split: str, combine: bool = False, **kwargs):
+        def load(side: str, dictionary: Dictionary):
+            path = os.path.join(self.cfg.data, side, split)
+            dataset = data_utils.load_indexed_dataset(path, dictionary, combine=combine)
+            if dataset is None:
+                raise FileNotFoundError(f"no binarised {split} split at {path}.{{bin,idx}}")
+            return dataset, path
+
+        inputs, input_path = load("input0", self.dictionary)
+        labels, label_path = load("label", self.label_dictionary)
+        if len(inputs) != len(labels):
+            raise ValueError(f"{input_path} has {len(inputs)} examples but {label_path} has {len(labels)}")
+        label_counts = np.asarray(labels.sizes) - 1  # </s>
+        if self.cfg.token_level:
+            bad = np.flatnonzero(label_counts != np.asarray(inputs.sizes) - 1)
+            expected = "as many labels as input tokens"
+        elif self.cfg.multi_label:
+            bad = np.array([], dtype=np.int64)
+            expected = ""
+        else:
+            bad = np.flatnonzero(label_counts != 1)
+            expected = "exactly one label (multi-label data needs --multi-label)"
+        if len(bad):
+            raise ValueError(f"{label_path}: example {bad[0]} (line {bad[0] + 1} of the text file) has "
+                             f"{label_counts[bad[0]]} labels; expected {expected} ({len(bad)} such examples)")
+        kind = "token" if self.cfg.token_level else "multi" if self.cfg.multi_label else "single"
+        src_tokens = PrependTokenDataset(inputs, self.dictionary.bos())
+        dataset = NestedDictionaryDataset(
+            {
+                "id": IdDataset(),
+                "net_input": {
+                    "src_tokens": RightPadDataset(src_tokens, pad_idx=self.dictionary.pad()),
+                    "src_lengths": NumelDataset(src_tokens, reduce=False),
+                },
+                "target": LabelDataset(labels, self.to_class, self.num_classes, kind, label_path),
+                "nsentences": NumSamplesDataset(),
+                "ntokens": NumelDataset(src_tokens, reduce=True),
+            },
+            sizes=[src_tokens.sizes],
+        )
+        with data_utils.numpy_seed(self.cfg.seed):
+            order = np.random.permutation(len(dataset))
+        self.datasets[split] = SortDataset(dataset, sort_order=[order])
+        return self.datasets[split]
+
+    def build_model(self, cfg, from_checkpoint: bool = False):
+        model = super().build_model(cfg, from_checkpoint)
+        heads = getattr(model, "classification_heads", None)
+        if heads is None:
+            raise ValueError(f"--arch {getattr(cfg, 'arch', None) or cfg._name}: --task text_classification needs a model with classification "
+                             "heads (roberta_* or text_encoder)")
+        dim = cfg.encoder_embed_dim
+        inner = self.cfg.classifier_inner_dim if self.cfg.classifier_inner_dim > 0 else dim
+        scale = self.cfg.cosine_scale if self.cfg.classifier == "cosine" else None
+        heads[self.cfg.classification_head_name] = ClassificationHead(
+            dim, inner, self.num_classes, self.cfg.classifier_dropout, self.cfg.token_level, scale
+        )
+        return model
+
+    def loss_batch(self, model, sample) -> LossBatch:
+        """The rows criterions score, and this batch's metric counts."""
+        head = model.classification_heads[self.cfg.classification_head_name]
+        features, _ = model(**sample["net_input"], features_only=True)
+        logits, target = head(features), sample["target"]
+        if self.cfg.token_level:
+            logits, target = logits.reshape(-1, logits.size(-1)), target.reshape(-1)
+            n_rows = (target != IGNORE).sum()
+        else:
+            n_rows = torch.tensor(target.size(0), device=target.device)
+        return LossBatch(logits, target, IGNORE if self.cfg.token_level else None, n_rows, n_rows,
+                         head.cosine_scale, self.metric_counts(logits, target, sample))
+
+    @torch.no_grad()
+    def metric_counts(self, logits, target, sample) -> dict:
+        if self.cfg.multi_label:
+            return {"_class_counts": scores.class_counts(scores.predict_multi_label(logits, self.cfg.predict_top_n),
+                                                         target)}
+        if not self.cfg.token_level:
+            gold = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, target[:, None], True)
+            return {"_class_counts": scores.class_counts(scores.predict_single_label(logits), gold)}
+        tokens = target.view(sample["target"].shape)
+        predicted = logits.argmax(dim=-1).view(tokens.shape).cpu()
+        names = self.class_names
+        predicted_tags, gold_tags = [], []
+        for pred_row, gold_row in zip(predicted.tolist(), tokens.cpu().tolist()):
+            kept = [(p, g) for p, g in zip(pred_row, gold_row) if g != IGNORE]
+            predicted_tags.append([names[p] for p, _ in kept])
+            gold_tags.append([names[g] for _, g in kept])
+        counts = scores.entity_counts(predicted_tags, gold_tags).to(logits.device)
+        return {"_entity_counts": counts, "_token_hits": (logits.argmax(-1) == target).sum()}
+
+    def reduce_metrics(self, logging_outputs, criterion):
+        super().reduce_metrics(logging_outputs, criterion)
+        for key in ("_class_counts", "_entity_counts", "_token_hits"):
+            if any(key in log for log in logging_outputs):
+                metrics.log_scalar_sum(key, sum(log[key] for log in logging_outputs if key in log))
+        rows = sum(float(log.get("n_rows", 0)) for log in logging_outputs)
+        metrics.log_scalar_sum("_rows", rows)
+        if any("_class_counts" in log for log in logging_outputs):
+            metrics.log_derived("micro_f1", lambda m: round(100 * scores.f1_scores(m["_class_counts"].sum)[0], 2))
+            metrics.log_derived("macro_f1", lambda m: round(100 * scores.f1_scores(m["_class_counts"].sum)[1], 2))
+            if not self.cfg.multi_label:
+                metrics.log_derived("accuracy", lambda m: round(
+                    100 * float(m["_class_counts"].sum[0].sum()) / max(m["_rows"].sum, 1), 2))
+        if any("_entity_counts" in log for log in logging_outputs):
+            metrics.log_derived("entity_f1", lambda m: round(100 * scores.entity_f1(m["_entity_counts"].sum), 2))
+            metrics.log_derived("accuracy", lambda m: round(100 * float(m["_token_hits"].sum) / max(m["_rows"].sum, 1), 2))
+
+    def max_positions(self):
+        return None
