@@ -1,4 +1,4 @@
-"""``--task sparse_seq2seq``: fairseq's translation task plus masked decoding.
+"""``--task sparse_seq2seq``: fairseq's translation task plus masked decoding (and AS-Speed training).
 
 Training and data are exactly ``--task translation`` (``fairseq-preprocess`` output, same
 options). At generation time ``--decoding-topk K`` and ``--source-vocab-mask`` replace the beam
@@ -7,12 +7,15 @@ can be decoded with this task too.
 """
 import math
 from dataclasses import dataclass, field
+from typing import List
 
 import torch
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
+from omegaconf import II
 
+from ..as_speed import ASSpeedConfig, ASSpeedTask
 from ..masked_decoding import source_vocab
 from ..search import MaskedBeamSearch, install
 
@@ -56,12 +59,12 @@ class MaskedDecodingConfig(FairseqDataclass):
 
 
 @dataclass
-class SparseSeq2SeqConfig(TranslationConfig, MaskedDecodingConfig):
-    pass
+class SparseSeq2SeqConfig(TranslationConfig, MaskedDecodingConfig, ASSpeedConfig):
+    update_freq: List[int] = II("optimization.update_freq")
 
 
 @register_task("sparse_seq2seq", dataclass=SparseSeq2SeqConfig)
-class SparseSeq2SeqTask(TranslationTask):
+class SparseSeq2SeqTask(ASSpeedTask, TranslationTask):
     cfg: SparseSeq2SeqConfig
 
     def __init__(self, cfg: SparseSeq2SeqConfig, src_dict, tgt_dict):
