@@ -1,0 +1,219 @@
+#!/usr/bin/env python
+"""CLINC150 (151 intents with out-of-scope): softmax vs sparse_softmax vs as_softmax vs as_softmax with
+AS-Speed, several seeds each, through the real ``fairseq-train`` / ``fairseq-validate`` commands.
+
+Every run trains ``--arch text_encoder`` for the same number of epochs (the same samples) and validates
+every ``--validate-every`` updates; the checkpoint with the best validation accuracy is scored on the
+test split. The table gives test accuracy (mean ± sd over seeds), the wall-clock time at which the best
+validation accuracy was reached, and that time relative to softmax; a second time column, "to softmax's
+accuracy", is the first validation at which a run reached the mean best validation accuracy of softmax.
+Wall-clock is fairseq's own ``wall`` (whole seconds since the run started, validations included).
+The plots show validation accuracy and loss per update, and, for AS-Softmax, the masked-sample ratio
+and the accumulation steps per update (the AS paper's Figure 1).
+
+    python benchmarks/clinc150_experiment.py            # ~30 min on 2 CPU cores
+    python benchmarks/clinc150_experiment.py --full     # larger encoder, more epochs
+
+Data, logs and per-run results go to OUT/work (not committed); runs found there are reused, ``--fresh``
+re-runs them. OUT gets ``results.md`` (table and command), ``runs.json`` (per-run numbers) and ``curves.png``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+DEFAULT_JSON = ROOT.parent / "shared" / "data" / "clinc150" / "data_full.json"
+
+METHODS = {
+    "softmax": ["--criterion", "softmax"],
+    "sparse_softmax": ["--criterion", "sparse_softmax", "--sparse-topk", "10"],
+    "as_softmax": ["--criterion", "as_softmax", "--as-delta", "0.3"],
+    "as_softmax+as_speed": ["--criterion", "as_softmax", "--as-delta", "0.3", "--as-speed",
+                            "--as-speed-lambda", "1.0", "--as-speed-max-steps", "4"],
+}
+SETTINGS = {
+    "default": {"epochs": 6, "model": ["--encoder-layers", "2", "--encoder-embed-dim", "128",
+                                       "--encoder-ffn-embed-dim", "256"]},
+    "full": {"epochs": 20, "model": ["--encoder-layers", "4", "--encoder-embed-dim", "256",
+                                     "--encoder-ffn-embed-dim", "1024"]},
+}
+
+
+def run(command: list, log: Path | None = None) -> str:
+    """Run a CLI; its output goes to ``log`` (when given) and is returned. Failures show the log's tail."""
+    proc = subprocess.run([str(c) for c in command], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    output = proc.stdout + proc.stderr
+    if log is not None:
+        log.write_text(output, encoding="utf-8")
+    if proc.returncode != 0:
+        sys.exit(f"command failed ({proc.returncode}): {' '.join(map(str, command))}\n{output[-3000:]}")
+    return output
+
+
+def json_records(text: str, tag: str) -> list[dict]:
+    """fairseq's ``--log-format json`` records of one kind (train_inner, valid, ...)."""
+    out = []
+    for line in text.splitlines():
+        if f"| {tag} |" in line and "{" in line:
+            out.append(json.loads(line[line.index("{"):]))
+    return out
+
+
+def prepare(args) -> Path:
+    data = args.out / "work" / "data"
+    if not (data / "data-bin" / "label" / "dict.txt").exists():
+        if not args.clinc_json.exists():
+            sys.exit(f"{args.clinc_json} not found: pass --clinc-json path/to/data_full.json")
+        run([sys.executable, ROOT / "data-prep" / "prepare_classification.py", data, "--dataset", "clinc150",
+             "--input", args.clinc_json, "--lowercase", "--spm-vocab-size", "4000"])
+    return data / "data-bin"
+
+
+def train_and_test(args, data: Path, method: str, seed: int) -> dict:
+    folder = args.out / "work" / f"{method}-seed{seed}"
+    result_file = folder / "result.json"
+    if result_file.exists() and not args.fresh:
+        return json.loads(result_file.read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    setting = SETTINGS["full" if args.full else "default"]
+    train_log = folder / "train.log"
+    output = run([BIN / "fairseq-train", data, "--user-dir", ROOT / "user_dir", "--task", "text_classification",
+                  "--arch", "text_encoder", *setting["model"], *METHODS[method], "--seed", seed, "--cpu",
+                  "--optimizer", "adam", "--lr", args.lr, "--batch-size", args.batch_size,
+                  "--batch-size-valid", "512", "--max-epoch", setting["epochs"], "--dropout", "0.1",
+                  "--validate-interval-updates", args.validate_every, "--best-checkpoint-metric", "accuracy",
+                  "--maximize-best-checkpoint-metric", "--no-epoch-checkpoints", "--no-last-checkpoints",
+                  "--save-dir", folder / "checkpoints", "--log-format", "json", "--log-interval", "1",
+                  "--num-workers", "0"], train_log)
+    test = json_records(run([BIN / "fairseq-validate", data, "--user-dir", ROOT / "user_dir", "--task",
+                             "text_classification", "--path", folder / "checkpoints" / "checkpoint_best.pt",
+                             "--valid-subset", "test", "--cpu", "--batch-size", "512"]), "test")[0]
+    inner = json_records(output, "train_inner")
+    wall = {int(r["num_updates"]): float(r["wall"]) for r in inner}
+    valid = [{"update": int(r["num_updates"]), "accuracy": float(r["accuracy"]), "loss": float(r["loss"]),
+              "wall": wall[int(r["num_updates"])]} for r in json_records(output, "valid")]
+    result = {
+        "method": method, "seed": seed, "test_accuracy": float(test["accuracy"]),
+        "test_macro_f1": float(test["macro_f1"]), "valid": valid,
+        "train": [{"update": int(r["num_updates"]), "loss": float(r["loss"]),
+                   "masked_ratio": float(r.get("masked_ratio", 0.0)),
+                   "accum_steps": float(r.get("accum_steps", 1))} for r in inner],
+    }
+    result_file.write_text(json.dumps(result))
+    for checkpoint in (folder / "checkpoints").glob("*.pt"):  # keep the folder small; the numbers are in result.json
+        checkpoint.unlink()
+    return result
+
+
+def best(result: dict) -> dict:
+    """The first validation with the run's best accuracy."""
+    top = max(v["accuracy"] for v in result["valid"])
+    return next(v for v in result["valid"] if v["accuracy"] == top)
+
+
+def time_to(result: dict, accuracy: float) -> float | None:
+    return next((v["wall"] for v in result["valid"] if v["accuracy"] >= accuracy), None)
+
+
+def mean_sd(values: list[float]) -> str:
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.2f} ± {sd:.2f}"
+
+
+def table(results: dict[str, list[dict]]) -> str:
+    target = statistics.mean(best(r)["accuracy"] for r in results["softmax"])
+    base_best = statistics.mean(best(r)["wall"] for r in results["softmax"])
+    base_target = statistics.mean(time_to(r, target) for r in results["softmax"])
+    rows = ["| method | test accuracy | test macro-F1 | best valid accuracy | s to best valid (ratio) "
+            f"| s to softmax's valid {target:.2f} (ratio) | updates to best |",
+            "|---|---|---|---|---|---|---|"]
+    for method, runs in results.items():
+        to_best = statistics.mean(best(r)["wall"] for r in runs)
+        reached = [time_to(r, target) for r in runs]
+        if None in reached:
+            to_target = f"not reached in {reached.count(None)}/{len(runs)} runs"
+        else:
+            mean_target = statistics.mean(reached)
+            to_target = f"{mean_target:.0f} ({base_target / mean_target:.2f}×)"
+        rows.append(f"| {method} | {mean_sd([r['test_accuracy'] for r in runs])} "
+                    f"| {mean_sd([r['test_macro_f1'] for r in runs])} "
+                    f"| {mean_sd([best(r)['accuracy'] for r in runs])} "
+                    f"| {to_best:.0f} ({base_best / to_best:.2f}×) | {to_target} "
+                    f"| {statistics.mean(best(r)['update'] for r in runs):.0f} |")
+    return "\n".join(rows)
+
+
+def plot(results: dict[str, list[dict]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    for index, (method, runs) in enumerate(results.items()):
+        color = f"C{index}"
+        for i, r in enumerate(runs):
+            label = method if i == 0 else None
+            updates = [v["update"] for v in r["valid"]]
+            axes[0, 0].plot(updates, [v["accuracy"] for v in r["valid"]], color=color, alpha=0.7, label=label)
+            axes[0, 1].plot(updates, [v["loss"] for v in r["valid"]], color=color, alpha=0.7, label=label)
+            if method.startswith("as_softmax"):
+                steps = [t["update"] for t in r["train"]]
+                axes[1, 0].plot(steps, [t["masked_ratio"] for t in r["train"]], color=color, alpha=0.4, lw=0.6,
+                                label=label)
+                axes[1, 1].plot(steps, [t["accum_steps"] for t in r["train"]], color=color, alpha=0.7,
+                                label=label)
+    titles = [("validation accuracy (%)", "update"), ("validation loss (base 2)", "update"),
+              ("masked-sample ratio (train, per update)", "update"), ("accumulation steps per update", "update")]
+    for ax, (title, xlabel) in zip(axes.flat, titles):
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "clinc150",
+                        help="folder for data, runs, table and plots")
+    parser.add_argument("--clinc-json", type=Path, default=DEFAULT_JSON, help="CLINC150 data_full.json")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument("--full", action="store_true", help="larger encoder, 20 epochs (hours on a CPU)")
+    parser.add_argument("--lr", default="0.001")
+    parser.add_argument("--batch-size", default="64", help="sentences per micro-batch")
+    parser.add_argument("--validate-every", default="50", help="validate every N updates (and at each epoch end)")
+    parser.add_argument("--fresh", action="store_true", help="re-run runs that already have results")
+    args = parser.parse_args(argv)
+    if "softmax" not in args.methods:
+        parser.error("the table is relative to softmax: keep it in --methods")
+    data = prepare(args)
+    results: dict[str, list[dict]] = {m: [] for m in args.methods}
+    jobs = [(m, s) for m in args.methods for s in args.seeds]
+    for method, seed in tqdm(jobs, desc="training runs", unit="run"):
+        results[method].append(train_and_test(args, data, method, seed))
+    text = table(results)
+    print(text)
+    command = "python benchmarks/clinc150_experiment.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    (args.out / "results.md").write_text(f"`{command.strip()}`\n\n{text}\n", encoding="utf-8")
+    summary = [{"method": r["method"], "seed": r["seed"], "test_accuracy": r["test_accuracy"],
+                "test_macro_f1": r["test_macro_f1"], "best_valid": best(r)} for runs in results.values() for r in runs]
+    (args.out / "runs.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    plot(results, args.out / "curves.png")
+    print(f"wrote {args.out / 'results.md'} and {args.out / 'curves.png'}")
+
+
+if __name__ == "__main__":
+    main()
