@@ -61,11 +61,13 @@ def run(command: list, log: Path | None = None) -> str:
 
 
 def json_records(text: str, tag: str) -> list[dict]:
-    """fairseq's ``--log-format json`` records of one kind (train_inner, valid, ...)."""
+    """fairseq's ``--log-format json`` records of one kind (train_inner, valid, ...), without the
+    ``valid_`` / ``test_`` prefix fairseq puts on the keys of validation records."""
     out = []
     for line in text.splitlines():
         if f"| {tag} |" in line and "{" in line:
-            out.append(json.loads(line[line.index("{"):]))
+            record = json.loads(line[line.index("{"):])
+            out.append({key.removeprefix(f"{tag}_"): value for key, value in record.items()})
     return out
 
 
@@ -90,14 +92,14 @@ def train_and_test(args, data: Path, method: str, seed: int) -> dict:
     output = run([BIN / "fairseq-train", data, "--user-dir", ROOT / "user_dir", "--task", "text_classification",
                   "--arch", "text_encoder", *setting["model"], *METHODS[method], "--seed", seed, "--cpu",
                   "--optimizer", "adam", "--lr", args.lr, "--batch-size", args.batch_size,
-                  "--batch-size-valid", "512", "--max-epoch", setting["epochs"], "--dropout", "0.1",
+                  "--batch-size-valid", "512", "--max-epoch", args.epochs or setting["epochs"], "--dropout", "0.1",
                   "--validate-interval-updates", args.validate_every, "--best-checkpoint-metric", "accuracy",
                   "--maximize-best-checkpoint-metric", "--no-epoch-checkpoints", "--no-last-checkpoints",
                   "--save-dir", folder / "checkpoints", "--log-format", "json", "--log-interval", "1",
                   "--num-workers", "0"], train_log)
     test = json_records(run([BIN / "fairseq-validate", data, "--user-dir", ROOT / "user_dir", "--task",
                              "text_classification", "--path", folder / "checkpoints" / "checkpoint_best.pt",
-                             "--valid-subset", "test", "--cpu", "--batch-size", "512"]), "test")[0]
+                             "--valid-subset", "test", "--cpu", "--batch-size", "512", "--log-format", "json"]), "test")[0]
     inner = json_records(output, "train_inner")
     wall = {int(r["num_updates"]): float(r["wall"]) for r in inner}
     valid = [{"update": int(r["num_updates"]), "accuracy": float(r["accuracy"]), "loss": float(r["loss"]),
@@ -192,6 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
     parser.add_argument("--full", action="store_true", help="larger encoder, 20 epochs (hours on a CPU)")
+    parser.add_argument("--epochs", type=int, help="train this many epochs (default: 6, --full: 20)")
     parser.add_argument("--lr", default="0.001")
     parser.add_argument("--batch-size", default="64", help="sentences per micro-batch")
     parser.add_argument("--validate-every", default="50", help="validate every N updates (and at each epoch end)")
@@ -201,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("the table is relative to softmax: keep it in --methods")
     data = prepare(args)
     results: dict[str, list[dict]] = {m: [] for m in args.methods}
-    jobs = [(m, s) for m in args.methods for s in args.seeds]
+    jobs = [(m, s) for s in args.seeds for m in args.methods]  # interleaved: machine noise hits every method
     for method, seed in tqdm(jobs, desc="training runs", unit="run"):
         results[method].append(train_and_test(args, data, method, seed))
     text = table(results)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,22 @@ def run_script(script: str, *args, check: bool = True) -> subprocess.CompletedPr
         raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
                              f"{proc.stderr[-5000:]}")
     return proc
+
+
+def train_two_ranks(*args) -> list[str]:
+    """``fairseq-train ARGS`` as two CPU processes (gloo, one per rank, as the README shows); returns
+    each rank's output after both succeeded."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [str(BIN / "fairseq-train"), *map(str, args), "--distributed-world-size", "2",
+               "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn",
+               "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
+    procs = [subprocess.Popen(command + ["--distributed-rank", str(r)], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    return outputs
 
 
 def json_logs(output: str | subprocess.CompletedProcess, tag: str) -> list[dict]:

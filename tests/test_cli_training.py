@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import math
-import socket
 import subprocess
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import BIN, N_TEST, ROOT, TRAIN_COMMON, json_logs, output_lines, run_cli
+from conftest import BIN, N_TEST, ROOT, TRAIN_COMMON, json_logs, output_lines, run_cli, train_two_ranks
 
 # test id -> criterion and its flags (the AM head needs cosine logits, hence its architecture)
 CRITERIA = {
@@ -76,17 +75,8 @@ def test_checkpoint_needs_the_plugin_to_load(toy_data, tmp_path):
 
 
 def test_two_process_data_parallel_training_on_cpu(toy_data, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    common = [str(BIN / "fairseq-train"), str(toy_data), *map(str, TRAIN_COMMON), "--arch", "transformer_tiny",
-              "--criterion", "as_softmax", "--max-update", "6", "--save-dir", str(tmp_path),
-              "--distributed-world-size", "2", "--distributed-init-method", f"tcp://127.0.0.1:{port}",
-              "--distributed-no-spawn", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
-    procs = [subprocess.Popen(common + ["--distributed-rank", str(r)], cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    outputs = train_two_ranks(toy_data, *TRAIN_COMMON, "--arch", "transformer_tiny", "--criterion", "as_softmax",
+                              "--max-update", "6", "--save-dir", tmp_path)
     logs = json_logs(outputs[0], "train_inner")
     assert [int(r["num_updates"]) for r in logs] == list(range(1, 7))
     assert "distributed init (rank 1)" in outputs[1], "the second process must have joined the group"
@@ -99,16 +89,22 @@ def test_plugin_help_documents_every_option():
     from fairseq.criterions import CRITERION_DATACLASS_REGISTRY
 
     import user_dir  # noqa: F401  (registers the criterions whose dataclasses are compared below)
+    from user_dir.as_speed import ASSpeedConfig
+    from user_dir.models.text_encoder import TextEncoderConfig
     from user_dir.tasks.sparse_seq2seq import MaskedDecodingConfig
+    from user_dir.tasks.text_classification import TextClassificationConfig
 
     out = subprocess.run([str(BIN / "python"), "-m", "user_dir.help"], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout
-    sections = [(f"criterion {name}", CRITERION_DATACLASS_REGISTRY[name]) for name in CRITERIA_NAMES]
-    for title, dc in sections + [("task sparse_seq2seq", MaskedDecodingConfig)]:
+    names = CRITERIA_NAMES + ["softmax", "multilabel_softmax", "as_multilabel"]
+    sections = [(f"criterion {name}", CRITERION_DATACLASS_REGISTRY[name]) for name in names]
+    sections += [("task sparse_seq2seq", MaskedDecodingConfig), ("task sparse_seq2seq", ASSpeedConfig),
+                 ("task text_classification", TextClassificationConfig), ("model text_encoder", TextEncoderConfig)]
+    for title, dc in sections:
         section = out.split(f"=== {title}\n")[1].split("===")[0]
         for f in dataclasses.fields(dc):
             if f.metadata.get("help"):  # inherited ones like --sentence-avg are fairseq's own options
-                flag = "--" + f.name.replace("_", "-")
+                flag = f.name if f.name == "data" else "--" + f.name.replace("_", "-")  # data is positional
                 assert flag in section, f"{flag} missing from the help of {title}"
                 assert " ".join(f.metadata["help"].split()[:3]) in " ".join(section.split()), f"help of {flag}"
     assert "--cosine-scale" in out.split("=== model cosine_transformer\n")[1]

@@ -184,7 +184,7 @@ class ASSpeedTask:
     def __init__(self, cfg, *args, **kwargs):
         super().__init__(cfg, *args, **kwargs)
         self.accumulation = None
-        if cfg.as_speed:
+        if getattr(cfg, "as_speed", False):  # configs stored in older checkpoints lack the field
             self.accumulation = AccumulationSchedule(cfg.update_freq[0], cfg.as_speed_lambda, cfg.as_speed_max_steps)
             install()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .binarize import SentencePieceOptions, encode_splits, fairseq_preprocess, split_prefixes
 from .textio import PairWriter, PrepError, SplitCounts, decode, normalize, require_file
@@ -122,11 +122,17 @@ def write_split(out: Path, split: str, examples: Iterator[Example], counts: Spli
 
 
 def binarize_classification(out: Path, splits: list[str], *, spm_model: Path | None, dictionary: Path | None,
-                            options: SentencePieceOptions, workers: int = 1) -> dict:
+                            options: SentencePieceOptions, workers: int = 1,
+                            piece_labels: Callable[[Path, str], None] | None = None) -> dict:
     """``{split}.input0`` → pieces → ``data-bin/input0``; ``{split}.label`` → ``data-bin/label`` (its
-    dictionary built from the training labels, as fairseq's RoBERTa recipes do)."""
+    dictionary built from the training labels, as fairseq's RoBERTa recipes do).
+
+    ``piece_labels(out, split)``, when given, writes ``{split}.label`` once the pieces exist (token
+    classification labels pieces, which sentencepiece decides)."""
     result = encode_splits(out, splits, ("input0",), spm_model=spm_model, dictionary=dictionary, options=options)
     lines = result["binarised_sentences"]
+    for split in lines if piece_labels else ():
+        piece_labels(out, split)
     data_bin = out / "data-bin"
     fairseq_preprocess(["--only-source", "--srcdict", result["dictionary"],
                         *split_prefixes(lambda split: out / f"{split}.spm.input0", lines)],

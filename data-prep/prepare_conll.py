@@ -1,0 +1,56 @@
+#!/usr/bin/env python
+"""CoNLL-format token classification (e.g. CoNLL-2003 NER) → fairseq's RoBERTa layout for
+``--task text_classification --token-level``.
+
+Input: ``--train`` / ``--valid`` / ``--test`` CoNLL files (for CoNLL-2003: eng.train, eng.testa,
+eng.testb): one ``word ... tag`` line per token, blank lines between sentences, ``-DOCSTART-`` lines
+between documents (dropped and counted). ``--label-column`` picks the tag column (default: the last).
+
+Output in OUT: ``{split}.input0`` (the words), ``{split}.word_label`` (their tags), ``{split}.label``
+(a tag per sentencepiece piece: a word's first piece has its tag, the others ``X``), ``spm.model``,
+``dict.txt``, ``data-bin/{input0,label}`` and ``prep_summary.json``. Every validation/test tag must
+occur in training.
+
+    python data-prep/prepare_conll.py data/conll --train eng.train --valid eng.testa --test eng.testb
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+from pathlib import Path
+
+from preplib import binarize
+from preplib.classification import binarize_classification, check_label_sets
+from preplib.conll import piece_labels, read_conll, write_split
+from preplib.textio import PrepError, SplitCounts
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="output folder")
+    parser.add_argument("--train", type=Path, required=True, help="CoNLL training file")
+    parser.add_argument("--valid", type=Path, help="CoNLL validation file")
+    parser.add_argument("--test", type=Path, help="CoNLL test file")
+    parser.add_argument("--label-column", type=int, default=-1,
+                        help="column of the tag, 0-based; negative counts from the end (default: the last)")
+    binarize.add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        counts, tags = {}, {}
+        for split in ("train", "valid", "test"):
+            path = getattr(args, split)
+            if path is not None:
+                counts[split] = SplitCounts()
+                tags[split] = write_split(args.out, split, read_conll(path, args.label_column, counts[split]),
+                                          counts[split])
+        check_label_sets(tags)
+        print(f"{len(tags['train'])} tags in train: {' '.join(sorted(tags['train']))}")
+        binarize.finish(args, counts, {"dataset": "conll", "num_classes": len(tags["train"]), "label_counts": tags},
+                        binarizer=functools.partial(binarize_classification, piece_labels=piece_labels))
+    except PrepError as err:
+        parser.exit(2, f"error: {err}\n")
+
+
+if __name__ == "__main__":
+    main()

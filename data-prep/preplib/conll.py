@@ -1,0 +1,74 @@
+"""CoNLL-format token classification (CoNLL-2003 NER) → fairseq's RoBERTa layout, one label per piece.
+
+A CoNLL file has one token per line (``word POS chunk NER``, columns separated by spaces or tabs),
+sentences separated by blank lines, and ``-DOCSTART-`` lines between documents (dropped, counted).
+Sentences are written as ``{split}.input0`` (words) and ``{split}.word_label`` (their tags). After
+sentencepiece has split the words, each word's first piece gets the word's tag and its other pieces
+``IGNORE_LABEL``, which ``--task text_classification --token-level`` neither trains nor scores: the
+entities are scored on words, as conlleval does.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+from .textio import PairWriter, PrepError, SplitCounts, decode, require_file
+
+#: The label of a word's pieces after its first (the task's ``--ignore-label`` default).
+IGNORE_LABEL = "X"
+WORD_START = "\u2581"  # sentencepiece's word-boundary mark: every word's first piece starts with it
+
+
+def read_conll(path: Path, label_column: int, counts: SplitCounts) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``(where, words, tags)`` per sentence; ``where`` is the file and line the sentence starts at."""
+    require_file(path, "CoNLL tokens")
+    words: list[str] = []
+    tags: list[str] = []
+    start = 0
+    for number, raw in enumerate(path.read_bytes().splitlines() + [b""], 1):
+        columns = decode(raw, path, number).split()
+        if columns and columns[0] == "-DOCSTART-":
+            counts.edited["-DOCSTART- lines dropped"] += 1
+            columns = []
+        if not columns:
+            if words:
+                yield f"{path}:{start}", words, tags
+            words, tags, start = [], [], 0
+            continue
+        if len(columns) < 2 or not -len(columns) <= label_column < len(columns) or label_column in (0, -len(columns)):
+            raise PrepError(f"{path}:{number}: expected 'word ... label' columns with the label in column "
+                            f"{label_column}, got {len(columns)} column(s)")
+        if columns[label_column] == IGNORE_LABEL:
+            raise PrepError(f"{path}:{number}: the tag {IGNORE_LABEL!r} is reserved for non-initial word pieces")
+        start = start or number
+        words.append(columns[0])
+        tags.append(columns[label_column])
+
+
+def write_split(out: Path, split: str, sentences, counts: SplitCounts) -> dict[str, int]:
+    """Write ``{split}.input0`` / ``{split}.word_label``; returns how often each tag was written."""
+    tag_counts: dict[str, int] = {}
+    with PairWriter(out / split, counts, sides=("input0", "word_label")) as writer:
+        for _, words, tags in sentences:
+            counts.read += 1
+            writer.write(" ".join(words), " ".join(tags))
+            for tag in tags:
+                tag_counts[tag] = tag_counts.get(tag, 0) + 1
+    return tag_counts
+
+
+def piece_labels(out: Path, split: str) -> None:
+    """``{split}.word_label`` + ``{split}.spm.input0`` → ``{split}.label``: a tag per piece."""
+    pieces_path, tags_path = out / f"{split}.spm.input0", out / f"{split}.word_label"
+    with open(pieces_path, encoding="utf-8") as pieces_file, open(tags_path, encoding="utf-8") as tags_file, \
+            open(out / f"{split}.label", "w", encoding="utf-8") as labels:
+        for number, (pieces_line, tags_line) in enumerate(zip(pieces_file, tags_file, strict=True), 1):
+            tags = iter(tags_line.split())
+            try:
+                row = [next(tags) if piece.startswith(WORD_START) else IGNORE_LABEL for piece in pieces_line.split()]
+            except StopIteration:
+                row = None
+            if row is None or next(tags, None) is not None or (row and row[0] == IGNORE_LABEL):
+                raise PrepError(f"{pieces_path}:{number}: the pieces do not split into the words of "
+                                f"{tags_path}:{number} (a word must start with a {WORD_START!r} piece)")
+            labels.write(" ".join(row) + "\n")

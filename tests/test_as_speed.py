@@ -1,0 +1,75 @@
+"""AS-Speed: the schedule rule, the window counting, and the grouping of micro-batches (unit level).
+
+The end-to-end runs (rising steps, resuming, two processes) are in tests/test_text_classification.py.
+"""
+from __future__ import annotations
+
+import pytest
+from fairseq.data import iterators
+
+from user_dir import as_speed
+from user_dir.as_speed import AccumulationSchedule, AdaptiveGroupedIterator, next_accumulation
+
+
+@pytest.mark.parametrize(
+    "prev, rows, masked, lam, cap, expected",
+    [
+        (1, 100, 0, 1.0, 4, 1),  # nothing masked: 100/100 = 1
+        (1, 100, 40, 1.0, 4, 2),  # 100/60 = 1.67 -> 2
+        (1, 100, 30, 1.0, 4, 1),  # 100/70 = 1.43 -> 1
+        (1, 100, 90, 1.0, 4, 2),  # 100/10 = 10, but at most one more than before
+        (3, 100, 0, 1.0, 8, 3),  # never fewer than before
+        (2, 10, 6, 1.0, 8, 3),  # 10/4 = 2.5: halves round up
+        (4, 10, 9, 1.0, 4, 4),  # capped
+        (1, 100, 0, 2.0, 4, 2),  # lambda scales the wanted steps
+        (2, 50, 50, 1.0, 8, 3),  # every row masked: one more
+        (2, 0, 0, 1.0, 8, 2),  # nothing counted: unchanged
+    ],
+)
+def test_rule(prev, rows, masked, lam, cap, expected):
+    assert next_accumulation(prev, rows, masked, lam, cap) == expected
+
+
+def test_schedule_counts_a_window_and_starts_a_new_one():
+    schedule = AccumulationSchedule(1, 1.0, 4)
+    schedule.record({"n_rows": 30, "n_masked": 10})
+    schedule.record({"n_rows": 30, "n_masked": 20})  # window: 60 rows, 30 masked -> 2
+    assert schedule.end_window() == 2
+    schedule.record({"n_rows": 60, "n_masked": 0})  # the old counts are gone: 60/60 -> stays 2
+    assert schedule.end_window() == 2
+    restored = AccumulationSchedule(1, 1.0, 4)
+    restored.load_state_dict(schedule.state_dict())
+    assert restored.steps == 2
+
+
+def test_schedule_refuses_bad_settings_and_criterions_without_masks():
+    with pytest.raises(ValueError, match="--as-speed-lambda"):
+        AccumulationSchedule(1, 0.0, 4)
+    with pytest.raises(ValueError, match="--as-speed-max-steps"):
+        AccumulationSchedule(3, 1.0, 2)
+    with pytest.raises(ValueError, match="as_softmax or as_multilabel"):
+        AccumulationSchedule(1, 1.0, 4).record({"n_rows": 3, "loss": 1.0})
+
+
+def test_groups_follow_the_schedule_and_the_epoch_ends_with_a_shorter_group():
+    schedule = AccumulationSchedule(1, 1.0, 8)
+    batches = iterators.CountingIterator(list(range(10)))
+    grouped = AdaptiveGroupedIterator(batches, schedule)
+    assert len(grouped) == 10
+    seen = [next(grouped)]
+    schedule.steps = 3
+    assert len(grouped) == 1 + 3  # 9 batches left, 3 per update
+    seen += [next(grouped), next(grouped)]
+    schedule.steps = 4
+    seen += list(grouped)
+    assert seen == [[0], [1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert not grouped.has_next() and grouped.n == 4
+
+
+def test_fairseq_grouping_is_unchanged_for_other_iterables():
+    as_speed.install()
+    plain = iterators.GroupedIterator(iterators.CountingIterator(list(range(5))), 2)
+    assert list(plain) == [[0, 1], [2, 3], [4]]
+    marked = iterators.CountingIterator(list(range(5)))
+    marked.accumulation_schedule = AccumulationSchedule(2, 1.0, 4)
+    assert list(iterators.GroupedIterator(marked, 1)) == [[0, 1], [2, 3], [4]]
