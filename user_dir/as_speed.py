@@ -31,13 +31,14 @@ update is an average over more samples, not a larger step.
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, List
 
 import torch
 from fairseq.data import iterators
 from fairseq.dataclass import FairseqDataclass
 from fairseq.distributed import utils as distributed_utils
 from fairseq.logging import metrics
+from omegaconf import II
 
 
 def next_accumulation(prev: int, n_rows: float, n_masked: float, lam: float, max_steps: int) -> int:
@@ -65,6 +66,8 @@ class ASSpeedConfig(FairseqDataclass):
     as_speed_max_steps: int = field(
         default=4, metadata={"help": "AS-Speed: never accumulate more micro-batches than this per update"}
     )
+    update_freq: List[int] = II("optimization.update_freq")  # the first update's steps
+    train_subset: str = II("dataset.train_subset")  # the split whose batches are grouped
 
 
 class AccumulationSchedule:
@@ -178,8 +181,7 @@ def install() -> None:
 
 
 class ASSpeedTask:
-    """Mix-in for a fairseq task whose config includes ``ASSpeedConfig`` (and ``train_subset``,
-    ``update_freq``): put it first among the task's bases."""
+    """Mix-in for a fairseq task whose config includes ``ASSpeedConfig``: put it first among the task's bases."""
 
     def __init__(self, cfg, *args, **kwargs):
         super().__init__(cfg, *args, **kwargs)

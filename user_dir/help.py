@@ -41,7 +41,7 @@ def plugin_parsers() -> dict[str, argparse.ArgumentParser]:
             # a task extending a fairseq task: only the option groups the plugin adds to it
             extends = any(base.__module__.startswith("fairseq.") for base in dc.__bases__)
             for base in dc.__mro__[1:] if extends else [dc]:
-                if base.__module__.startswith(plugin) and base.__module__ != "user_dir.help":
+                if base.__module__.startswith(plugin):
                     gen_parser_from_dataclass(parser, base())
             parsers[f"task {name}"] = parser
     return parsers

@@ -11,17 +11,21 @@ import torch
 from torch import Tensor
 
 
+def mark(indices: Tensor, num_classes: int) -> Tensor:
+    """``(N, k)`` class indices → ``(N, num_classes)`` bool, True at those classes."""
+    return torch.zeros(indices.size(0), num_classes, dtype=torch.bool, device=indices.device).scatter_(1, indices, True)
+
+
 def predict_single_label(logits: Tensor) -> Tensor:
     """``(N, C)`` scores → ``(N, C)`` one-hot of the arg-max."""
-    return torch.zeros_like(logits, dtype=torch.bool).scatter_(1, logits.argmax(dim=1, keepdim=True), True)
+    return mark(logits.argmax(dim=1, keepdim=True), logits.size(1))
 
 
 def predict_multi_label(logits: Tensor, top_n: int = 0) -> Tensor:
     """``(N, C)`` scores → multi-hot: the classes scored > 0 (Su's loss), or the ``top_n`` best."""
     if top_n <= 0:
         return logits > 0
-    top = logits.topk(min(top_n, logits.size(1)), dim=1).indices
-    return torch.zeros_like(logits, dtype=torch.bool).scatter_(1, top, True)
+    return mark(logits.topk(min(top_n, logits.size(1)), dim=1).indices, logits.size(1))
 
 
 def class_counts(pred: Tensor, gold: Tensor) -> Tensor:

@@ -20,6 +20,8 @@ from fairseq.logging import metrics
 from omegaconf import II
 from torch import Tensor
 
+from ..losses import softmax_loss
+
 
 @dataclass
 class LossConfig(FairseqDataclass):
@@ -101,7 +103,7 @@ class LossCriterion(FairseqCriterion):
         nll = out.nll
         if nll is None and not self.multi_label:
             with torch.no_grad():
-                nll = plain_nll(batch.logits, batch.target, batch.ignore_index, reduction)
+                nll = softmax_loss(batch.logits, batch.target, batch.ignore_index, reduction)
         logging_output = {
             "loss": out.loss.data,
             "ntokens": sample["ntokens"],
@@ -132,11 +134,3 @@ class LossCriterion(FairseqCriterion):
     def logging_outputs_can_be_summed() -> bool:
         return True
 
-
-def plain_nll(logits: Tensor, target: Tensor, ignore_index: Optional[int], reduction: str) -> Tensor:
-    """Softmax cross-entropy in float32, ignored rows zero; what fairseq reports as nll_loss."""
-    valid = target != ignore_index if ignore_index is not None else torch.ones_like(target, dtype=torch.bool)
-    safe = torch.where(valid, target, torch.zeros_like(target))
-    rows = torch.logsumexp(logits.float(), dim=-1) - logits.gather(1, safe[:, None]).squeeze(1).float()
-    rows = rows.masked_fill(~valid, 0.0)
-    return rows if reduction == "none" else rows.sum()

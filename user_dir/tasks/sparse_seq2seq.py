@@ -7,13 +7,11 @@ can be decoded with this task too.
 """
 import math
 from dataclasses import dataclass, field
-from typing import List
 
 import torch
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
-from omegaconf import II
 
 from ..as_speed import ASSpeedConfig, ASSpeedTask
 from ..masked_decoding import source_vocab
@@ -60,7 +58,7 @@ class MaskedDecodingConfig(FairseqDataclass):
 
 @dataclass
 class SparseSeq2SeqConfig(TranslationConfig, MaskedDecodingConfig, ASSpeedConfig):
-    update_freq: List[int] = II("optimization.update_freq")
+    pass
 
 
 @register_task("sparse_seq2seq", dataclass=SparseSeq2SeqConfig)

@@ -18,7 +18,6 @@ name (``accuracy``, ``macro_f1``, ``micro_f1``, ``entity_f1``, with ``--maximize
 
 import os
 from dataclasses import dataclass, field
-from typing import List
 
 import numpy as np
 import torch
@@ -69,8 +68,6 @@ class TextClassificationConfig(ASSpeedConfig):
     classifier_dropout: float = field(default=0.1, metadata={"help": "dropout in the classification head"})
     classification_head_name: str = field(default="text_classification_head", metadata={"help": "head name"})
     seed: int = II("common.seed")
-    train_subset: str = II("dataset.train_subset")
-    update_freq: List[int] = II("optimization.update_freq")
 
 
 class LabelDataset(BaseWrapperDataset):
@@ -230,18 +227,18 @@ class TextClassificationTask(ASSpeedTask, FairseqTask):
             return {"_class_counts": scores.class_counts(scores.predict_multi_label(logits, self.cfg.predict_top_n),
                                                          target)}
         if not self.cfg.token_level:
-            gold = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, target[:, None], True)
+            gold = scores.mark(target[:, None], self.num_classes)
             return {"_class_counts": scores.class_counts(scores.predict_single_label(logits), gold)}
-        tokens = target.view(sample["target"].shape)
-        predicted = logits.argmax(dim=-1).view(tokens.shape).cpu()
+        predicted = logits.argmax(dim=-1)
+        shape = sample["target"].shape
         names = self.class_names
         predicted_tags, gold_tags = [], []
-        for pred_row, gold_row in zip(predicted.tolist(), tokens.cpu().tolist()):
+        for pred_row, gold_row in zip(predicted.view(shape).tolist(), target.view(shape).tolist()):
             kept = [(p, g) for p, g in zip(pred_row, gold_row) if g != IGNORE]
             predicted_tags.append([names[p] for p, _ in kept])
             gold_tags.append([names[g] for _, g in kept])
         counts = scores.entity_counts(predicted_tags, gold_tags).to(logits.device)
-        return {"_entity_counts": counts, "_token_hits": (logits.argmax(-1) == target).sum()}
+        return {"_entity_counts": counts, "_token_hits": (predicted == target).sum()}
 
     def reduce_metrics(self, logging_outputs, criterion):
         super().reduce_metrics(logging_outputs, criterion)
@@ -259,6 +256,3 @@ class TextClassificationTask(ASSpeedTask, FairseqTask):
         if any("_entity_counts" in log for log in logging_outputs):
             metrics.log_derived("entity_f1", lambda m: round(100 * scores.entity_f1(m["_entity_counts"].sum), 2))
             metrics.log_derived("accuracy", lambda m: round(100 * float(m["_token_hits"].sum) / max(m["_rows"].sum, 1), 2))
-
-    def max_positions(self):
-        return None
