@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from fairseq.criterions import CRITERION_REGISTRY
+from fairseq.criterions import CRITERION_DATACLASS_REGISTRY, CRITERION_REGISTRY
 from fairseq.data import Dictionary, data_utils
 from fairseq.models import BaseFairseqModel
 from fairseq.ngram_repeat_block import NGramRepeatBlock
@@ -102,7 +102,8 @@ def test_criterion_on_half_precision_logits(name, dtype):
     d = Dictionary()
     for i in range(20):
         d.add_symbol(f"w{i}")
-    criterion = CRITERION_REGISTRY[name](_Task(d), sentence_avg=False, **CRITERION_ARGS[name])
+    cfg = CRITERION_DATACLASS_REGISTRY[name](sentence_avg=False, **CRITERION_ARGS[name])
+    criterion = CRITERION_REGISTRY[name].build_criterion(cfg, _Task(d))
     g = torch.Generator().manual_seed(0)
     logits = torch.tanh(torch.randn(2, 5, len(d), generator=g))
     target = torch.randint(4, len(d), (2, 5), generator=g)

@@ -29,6 +29,7 @@ fairseq still divides the summed gradient by the summed sample size of the updat
 update is an average over more samples, not a larger step.
 """
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any, List
@@ -39,6 +40,10 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.distributed import utils as distributed_utils
 from fairseq.logging import metrics
 from omegaconf import II
+
+from .options import UsageError, at_least, positive
+
+logger = logging.getLogger(__name__)
 
 
 def next_accumulation(prev: int, n_rows: float, n_masked: float, lam: float, max_steps: int) -> int:
@@ -61,13 +66,15 @@ class ASSpeedConfig(FairseqDataclass):
     as_speed_lambda: float = field(
         default=1.0,
         metadata={"help": "AS-Speed lambda: accumulate round(lambda * N / (N - N_masked)) micro-batches "
-                  "(never fewer than before, at most one more per update)"},
+                  "(never fewer than before, at most one more per update)", "check": positive()},
     )
     as_speed_max_steps: int = field(
-        default=4, metadata={"help": "AS-Speed: never accumulate more micro-batches than this per update"}
+        default=4, metadata={"help": "AS-Speed: never accumulate more micro-batches than this per update "
+                             "(= --update-freq: the steps never change, and a warning says so)", "check": at_least(1)}
     )
     update_freq: List[int] = II("optimization.update_freq")  # the first update's steps
     train_subset: str = II("dataset.train_subset")  # the split whose batches are grouped
+    skip_remainder_batch: bool = II("optimization.skip_remainder_batch")  # refused: AS-Speed groups batches itself
 
 
 class AccumulationSchedule:
@@ -75,9 +82,12 @@ class AccumulationSchedule:
 
     def __init__(self, steps: int, lam: float, max_steps: int):
         if not lam > 0:
-            raise ValueError(f"--as-speed-lambda must be > 0, got {lam}")
+            raise UsageError(f"--as-speed-lambda must be > 0, got {lam}")
         if not 1 <= steps <= max_steps:
-            raise ValueError(f"--as-speed-max-steps ({max_steps}) must be >= --update-freq ({steps}) >= 1")
+            raise UsageError(f"--as-speed-max-steps ({max_steps}) must be >= --update-freq ({steps}) >= 1")
+        if steps == max_steps:
+            logger.warning(f"--as-speed-max-steps {max_steps} = --update-freq: AS-Speed can never change the "
+                           "number of micro-batches, so training is plain gradient accumulation")
         self.steps, self.lam, self.max_steps = steps, lam, max_steps
         self.window = torch.zeros(2, dtype=torch.float64)  # rows, masked rows (this worker)
 
@@ -167,11 +177,10 @@ _FAIRSEQ_GROUPED_ITERATOR = iterators.GroupedIterator
 
 
 def _grouped_iterator(iterable, chunk_size, skip_remainder_batch=False):
+    """fairseq's grouping, except for AS-Speed epochs (the task refuses --skip-remainder-batch with them)."""
     schedule = getattr(iterable, "accumulation_schedule", None)
     if schedule is None:
         return _FAIRSEQ_GROUPED_ITERATOR(iterable, chunk_size, skip_remainder_batch=skip_remainder_batch)
-    if skip_remainder_batch:
-        raise ValueError("--as-speed groups batches itself: --skip-remainder-batch is not supported with it")
     return AdaptiveGroupedIterator(iterable, schedule)
 
 
@@ -187,8 +196,16 @@ class ASSpeedTask:
         super().__init__(cfg, *args, **kwargs)
         self.accumulation = None
         if getattr(cfg, "as_speed", False):  # configs stored in older checkpoints lack the field
+            if cfg.skip_remainder_batch:
+                raise UsageError("--as-speed groups batches itself: --skip-remainder-batch is not supported with it")
             self.accumulation = AccumulationSchedule(cfg.update_freq[0], cfg.as_speed_lambda, cfg.as_speed_max_steps)
             install()
+
+    def build_criterion(self, cfg, *args, **kwargs):
+        criterion = super().build_criterion(cfg, *args, **kwargs)
+        if self.accumulation is not None and not getattr(criterion, "counts_masked_rows", False):
+            raise UsageError("--as-speed counts masked samples: train with --criterion as_softmax or as_multilabel")
+        return criterion
 
     def get_batch_iterator(self, dataset, *args, **kwargs):
         epoch_iterator = super().get_batch_iterator(dataset, *args, **kwargs)

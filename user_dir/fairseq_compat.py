@@ -15,10 +15,18 @@
    every training step and after loading a checkpoint, but stores it nowhere; we keep it as
    ``model.num_updates`` so criterions with schedules (AS-Softmax warm-up) read it with any task
    and resume correctly.
+4. ``--no-repeat-ngram-size`` without fairseq's CUDA extension: its Python fallback reads the whole
+   token buffer, whose tail is padding, and blocks nothing (fairseq issue #4709); we hand it the
+   tokens generated so far.
+5. User mistakes found after argument parsing (a symbol missing from the dictionary, options that do
+   not go together) raise ``user_dir.options.UsageError``; in the fairseq command-line tools it is
+   printed as ``fairseq-train: error: <message>`` with exit status 2, like argparse's own errors,
+   instead of a traceback.
 """
 from __future__ import annotations
 
 import functools
+import sys
 
 import numpy as np
 import torch
@@ -26,6 +34,8 @@ from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 from fairseq.models import BaseFairseqModel
 from fairseq.ngram_repeat_block import NGramRepeatBlock
+
+from .options import UsageError, exit_with_error
 
 _APPLIED = "_sparse_softmax_plugin_patched"
 
@@ -76,6 +86,30 @@ def _no_repeat_ngram_on_generated(no_repeat_ngram):
     return wrapper
 
 
+#: The fairseq tools whose ``main`` runs after the plugin is imported (during argument parsing).
+_CLI_MODULES = ("fairseq_cli.train", "fairseq_cli.generate", "fairseq_cli.interactive", "fairseq_cli.validate")
+
+
+def _usage_error_exits(main):
+    @functools.wraps(main)  # same name and module: fairseq's spawn pickles it by reference
+    def wrapper(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except UsageError as err:
+            exit_with_error(str(err))
+
+    return wrapper
+
+
+def _cli_modules():
+    """The fairseq tool modules already imported (the console scripts import theirs before the plugin)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)  # python -m fairseq_cli.train runs the tool as __main__
+    if spec is not None and spec.name in _CLI_MODULES:
+        yield main
+    yield from (sys.modules[name] for name in _CLI_MODULES if name in sys.modules)
+
+
 def apply() -> None:
     """Install the fixes; idempotent."""
     if getattr(checkpoint_utils, _APPLIED, False):
@@ -84,6 +118,8 @@ def apply() -> None:
     data_utils.batch_by_size = _batch_by_size_keeping_tail(data_utils.batch_by_size)
     BaseFairseqModel.set_num_updates = _set_num_updates_recording(BaseFairseqModel.set_num_updates)
     NGramRepeatBlock._no_repeat_ngram = _no_repeat_ngram_on_generated(NGramRepeatBlock._no_repeat_ngram)
+    for module in _cli_modules():
+        module.main = _usage_error_exits(module.main)
     setattr(checkpoint_utils, _APPLIED, True)
 
 

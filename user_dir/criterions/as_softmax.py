@@ -8,19 +8,22 @@ from omegaconf import II
 
 from ..fairseq_compat import num_updates
 from ..losses import as_multilabel_loss, as_softmax
-from .base import LossOutput, LossConfig, LossCriterion
+from ..options import UsageError, in_range
+from .base import LossConfig, LossCriterion, LossOutput
 
 
 @dataclass
 class ASSoftmaxConfig(LossConfig):
     as_delta: float = field(
         default=0.3,
-        metadata={"help": "drop class i from the softmax when p_target - p_i > delta (0 <= delta <= 1; 1 = plain softmax)"},
+        metadata={"help": "drop class i from the softmax when p_target - p_i > delta (0 <= delta <= 1; "
+                  "1 = plain softmax, and a warning says so at start)", "check": in_range(0, 1)},
     )
     as_warmup_ratio: float = field(
         default=0.0,
         metadata={"help": "train with delta = 1 (plain softmax) for this fraction of --max-update first; "
-                  "the update count comes from fairseq, so resuming from a checkpoint continues the schedule"},
+                  "the update count comes from fairseq, so resuming from a checkpoint continues the schedule",
+                  "check": in_range(0, 1, high_open=True)},
     )
     max_update: int = II("optimization.max_update")
 
@@ -33,21 +36,21 @@ def warmup_delta(delta: float, warmup_ratio: float, max_update: int, update: int
 @register_criterion("as_softmax", dataclass=ASSoftmaxConfig)
 class ASSoftmaxCriterion(LossCriterion):
     ratios = {"masked_ratio": ("n_masked", "n_rows"), "as_delta": ("delta_x_rows", "n_rows")}
+    counts_masked_rows = True  # logs n_masked, which AS-Speed reads
 
-    def __init__(self, task, sentence_avg, as_delta, as_warmup_ratio, max_update, ignore_prefix_size=0):
-        super().__init__(task, sentence_avg, ignore_prefix_size)
-        if not 0.0 <= as_delta <= 1.0:
-            raise ValueError(f"--as-delta must be in [0, 1], got {as_delta}")
-        if not 0.0 <= as_warmup_ratio < 1.0:
-            raise ValueError(f"--as-warmup-ratio must be in [0, 1), got {as_warmup_ratio}")
-        if as_warmup_ratio > 0 and not max_update:
-            raise ValueError("--as-warmup-ratio is a fraction of --max-update: set --max-update")
-        self.delta = as_delta
-        self.warmup_ratio = as_warmup_ratio
-        self.max_update = max_update or 0
+    def __init__(self, cfg: ASSoftmaxConfig, task):
+        super().__init__(cfg, task)
+        if cfg.as_warmup_ratio > 0 and not cfg.max_update:
+            raise UsageError("--as-warmup-ratio is a fraction of --max-update: set --max-update")
+
+    def same_as(self, num_classes):
+        if self.cfg.as_delta == 1:
+            return "--as-delta 1: AS-Softmax keeps every class, so it trains plain softmax cross-entropy"
+        return None
 
     def current_delta(self, model) -> float:
-        return warmup_delta(self.delta, self.warmup_ratio, self.max_update, num_updates(model))
+        cfg = self.cfg
+        return warmup_delta(cfg.as_delta, cfg.as_warmup_ratio, cfg.max_update or 0, num_updates(model))
 
     def row_loss(self, batch, model, reduction):
         delta = self.current_delta(model)
@@ -60,6 +63,11 @@ class ASMultilabelCriterion(ASSoftmaxCriterion):
     """Needs ``--multi-label``; a row is masked when AS keeps none of its classes (loss and gradient 0)."""
 
     multi_label = True
+
+    def same_as(self, num_classes):
+        if self.cfg.as_delta == 1:
+            return "--as-delta 1: AS-Softmax keeps every class, so it trains Su's multi-label loss (multilabel_softmax)"
+        return None
 
     def row_loss(self, batch, model, reduction):
         delta = self.current_delta(model)

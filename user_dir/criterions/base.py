@@ -7,8 +7,14 @@ ignore, extra counts to log); otherwise they are the decoder logits and targets 
 Subclasses implement ``row_loss(batch, model, reduction)`` with a function from ``user_dir.losses``; this
 class reports a plain softmax ``nll_loss`` of the same logits (so runs compare with ``cross_entropy``
 and ``label_smoothed_cross_entropy``), and aggregates the logs.
+
+A criterion is built from its config dataclass whole (``__init__(cfg, task)``), whose fields declare
+their help and value checks (``user_dir.options``); a setting that makes the loss another, simpler
+method (``--sparse-topk`` at least the number of classes is plain softmax) is announced in one
+warning line at start (``same_as``).
 """
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Dict, NamedTuple, Optional
@@ -21,12 +27,17 @@ from omegaconf import II
 from torch import Tensor
 
 from ..losses import softmax_loss
+from ..options import CheckedArgs, UsageError, at_least, validate
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
 class LossConfig(FairseqDataclass):
     sentence_avg: bool = II("optimization.sentence_avg")
-    ignore_prefix_size: int = field(default=0, metadata={"help": "ignore the first N target tokens (e.g. a language tag)"})
+    ignore_prefix_size: int = field(
+        default=0, metadata={"help": "ignore the first N target tokens (e.g. a language tag)", "check": at_least(0)}
+    )
 
 
 class LossBatch(NamedTuple):
@@ -47,25 +58,36 @@ class LossOutput(NamedTuple):
     counts: Optional[Dict[str, Tensor]] = None  # extra summable counts to log (e.g. masked rows)
 
 
-class LossCriterion(FairseqCriterion):
+class LossCriterion(CheckedArgs, FairseqCriterion):
     # Logged ratios: metric name -> (numerator count, denominator count), both in logging outputs.
     ratios: dict[str, tuple[str, str]] = {}
     #: True for losses over multi-hot label sets; the task and the criterion must agree.
     multi_label = False
 
-    def __init__(self, task, sentence_avg: bool, ignore_prefix_size: int = 0):
+    def __init__(self, cfg: LossConfig, task):
         super().__init__(task)
-        self.sentence_avg = sentence_avg
-        self.ignore_prefix_size = ignore_prefix_size
+        validate(cfg, getattr(type(self), "__dataclass"))
+        self.cfg = cfg
+        self.sentence_avg = cfg.sentence_avg
+        self.ignore_prefix_size = cfg.ignore_prefix_size
         task_multi_label = bool(getattr(getattr(task, "cfg", None), "multi_label", False))
         if task_multi_label != self.multi_label:
             name = self.__class__.__name__
-            raise ValueError(
+            raise UsageError(
                 f"{name} is a {'multi' if self.multi_label else 'single'}-label loss but the task is "
                 f"{'multi' if task_multi_label else 'single'}-label: use "
                 + ("--criterion multilabel_softmax or as_multilabel" if task_multi_label
                    else "a single-label criterion (cross-entropy, sparse_softmax, as_softmax, ...)")
             )
+        classes = getattr(task, "num_classes", None) or len(task.target_dictionary)
+        same = self.same_as(classes)
+        if same:
+            logger.warning(same)
+
+    def same_as(self, num_classes: int) -> str | None:
+        """If the options make this loss another, simpler method for ``num_classes`` classes, a sentence
+        saying so (logged once at start); else None."""
+        return None
 
     def row_loss(self, batch: LossBatch, model, reduction: str) -> LossOutput:
         raise NotImplementedError
@@ -80,7 +102,7 @@ class LossCriterion(FairseqCriterion):
         """Every non-padding target token of a seq2seq sample is a row, scored by the decoder's logits."""
         decoder = getattr(model, "decoder", None)
         if getattr(decoder, "adaptive_softmax", None) is not None:
-            raise ValueError(f"criterion {self.__class__.__name__} needs full logits; --adaptive-softmax-cutoff is not supported")
+            raise UsageError(f"criterion {self.__class__.__name__} needs full logits; --adaptive-softmax-cutoff is not supported")
         logits = model(**sample["net_input"])[0]
         target = model.get_targets(sample, None)
         if self.ignore_prefix_size > 0:

@@ -22,28 +22,35 @@ from ..losses import (
 )
 from ..losses._common import compute_dtype
 from ..losses.taylor import GRADIENTS
-from .base import LossOutput, LossConfig, LossCriterion
+from ..options import UsageError, at_least, even_at_least_2, in_range, positive
+from .base import LossConfig, LossCriterion, LossOutput
 
 
 def _margin_field(default: float):
-    return field(default=default, metadata={"help": "margin m subtracted from the target score during training"})
+    return field(default=default, metadata={"help": "margin m subtracted from the target score during training",
+                                            "check": at_least(0)})
 
 
 def _order_field():
-    return field(default=2, metadata={"help": "Taylor expansion order n (even, >= 2)"})
+    return field(default=2, metadata={"help": "Taylor expansion order n (even, >= 2)", "check": even_at_least_2})
 
 
 @dataclass
 class SoftmaxConfig(LossConfig):
     label_smoothing: float = field(
         default=0.0,
-        metadata={"help": "epsilon: (1 - eps) * CE + eps * mean over all classes of -log p (torch's label smoothing)"},
+        metadata={"help": "epsilon: (1 - eps) * CE + eps * mean over all classes of -log p (torch's label smoothing)",
+                  "check": in_range(0, 1)},
     )
 
 
 @dataclass
 class TemperatureConfig(LossConfig):
-    softmax_temperature: float = field(default=1.0, metadata={"help": "train with CE(logits / T)"})
+    softmax_temperature: float = field(
+        default=1.0,
+        metadata={"help": "train with CE(logits / T); T = 1 is plain softmax, and a warning says so at start",
+                  "check": positive()},
+    )
 
 
 @dataclass
@@ -75,32 +82,35 @@ class SMTaylorConfig(LossConfig):
 class SoftmaxCriterion(LossCriterion):
     """Plain softmax cross-entropy, optionally label-smoothed: the baseline every other loss is compared with."""
 
-    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0):
-        super().__init__(task, sentence_avg, ignore_prefix_size)
-        self.eps = label_smoothing
-
     def row_loss(self, batch, model, reduction):
-        return LossOutput(softmax_loss(batch.logits, batch.target, batch.ignore_index, reduction, self.eps))
+        loss = softmax_loss(batch.logits, batch.target, batch.ignore_index, reduction, self.cfg.label_smoothing)
+        return LossOutput(loss)
 
 
 @register_criterion("temperature_softmax", dataclass=TemperatureConfig)
 class TemperatureSoftmaxCriterion(LossCriterion):
-    def __init__(self, task, sentence_avg, softmax_temperature, ignore_prefix_size=0):
-        super().__init__(task, sentence_avg, ignore_prefix_size)
-        self.temperature = softmax_temperature
+    def same_as(self, num_classes):
+        if self.cfg.softmax_temperature == 1:
+            return "--softmax-temperature 1: temperature_softmax trains plain softmax cross-entropy"
+        return None
 
     def row_loss(self, batch, model, reduction):
-        return LossOutput(temperature_softmax_loss(batch.logits, batch.target, self.temperature, batch.ignore_index, reduction))
+        loss = temperature_softmax_loss(batch.logits, batch.target, self.cfg.softmax_temperature,
+                                        batch.ignore_index, reduction)
+        return LossOutput(loss)
 
 
 @register_criterion("soft_margin_softmax", dataclass=SoftMarginConfig)
 class SoftMarginSoftmaxCriterion(LossCriterion):
-    def __init__(self, task, sentence_avg, softmax_margin, ignore_prefix_size=0):
-        super().__init__(task, sentence_avg, ignore_prefix_size)
-        self.margin = softmax_margin
+    def same_as(self, num_classes):
+        if self.cfg.softmax_margin == 0:
+            return "--softmax-margin 0: soft_margin_softmax trains plain softmax cross-entropy"
+        return None
 
     def row_loss(self, batch, model, reduction):
-        return LossOutput(soft_margin_softmax_loss(batch.logits, batch.target, self.margin, batch.ignore_index, reduction))
+        loss = soft_margin_softmax_loss(batch.logits, batch.target, self.cfg.softmax_margin, batch.ignore_index,
+                                        reduction)
+        return LossOutput(loss)
 
 
 @register_criterion("am_softmax", dataclass=AMSoftmaxConfig)
@@ -108,38 +118,37 @@ class AMSoftmaxCriterion(LossCriterion):
     """Needs cosine logits ``s·cos`` (``--arch cosine_transformer*``, or ``--classifier cosine`` for
     classification); the scale s is the model's."""
 
-    def __init__(self, task, sentence_avg, softmax_margin, ignore_prefix_size=0):
-        super().__init__(task, sentence_avg, ignore_prefix_size)
-        self.margin = softmax_margin
-
     def row_loss(self, batch, model, reduction):
         scale = batch.cosine_scale
         if scale is None:
-            raise ValueError("--criterion am_softmax needs cosine logits: train with --arch cosine_transformer "
+            raise UsageError("--criterion am_softmax needs cosine logits: train with --arch cosine_transformer "
                              "(or cosine_transformer_tiny), or --classifier cosine with --task text_classification")
         cosine = batch.logits.to(compute_dtype(batch.logits)) / scale  # divide after the float32 cast, not in bf16
-        loss = am_softmax_loss(cosine, batch.target, self.margin, scale, batch.ignore_index, reduction)
+        loss = am_softmax_loss(cosine, batch.target, self.cfg.softmax_margin, scale, batch.ignore_index, reduction)
         return LossOutput(loss)
 
 
 @register_criterion("taylor_softmax", dataclass=TaylorConfig)
 class TaylorSoftmaxCriterion(LossCriterion):
-    def __init__(self, task, sentence_avg, taylor_order, taylor_gradient, ignore_prefix_size=0):
-        super().__init__(task, sentence_avg, ignore_prefix_size)
-        self.order, self.gradient = taylor_order, taylor_gradient
-
     def row_loss(self, batch, model, reduction):
-        return LossOutput(taylor_softmax_loss(batch.logits, batch.target, self.order, self.gradient, batch.ignore_index, reduction))
+        cfg = self.cfg
+        loss = taylor_softmax_loss(batch.logits, batch.target, cfg.taylor_order, cfg.taylor_gradient,
+                                   batch.ignore_index, reduction)
+        return LossOutput(loss)
 
 
 @register_criterion("sm_taylor_softmax", dataclass=SMTaylorConfig)
 class SMTaylorSoftmaxCriterion(LossCriterion):
-    def __init__(self, task, sentence_avg, taylor_order, softmax_margin, ignore_prefix_size=0):
-        super().__init__(task, sentence_avg, ignore_prefix_size)
-        self.order, self.margin = taylor_order, softmax_margin
+    def same_as(self, num_classes):
+        if self.cfg.softmax_margin == 0:
+            return "--softmax-margin 0: sm_taylor_softmax trains taylor_softmax (exact gradient)"
+        return None
 
     def row_loss(self, batch, model, reduction):
-        return LossOutput(sm_taylor_softmax_loss(batch.logits, batch.target, self.order, self.margin, batch.ignore_index, reduction))
+        cfg = self.cfg
+        loss = sm_taylor_softmax_loss(batch.logits, batch.target, cfg.taylor_order, cfg.softmax_margin,
+                                      batch.ignore_index, reduction)
+        return LossOutput(loss)
 
 
 @register_criterion("sparsemax", dataclass=LossConfig)

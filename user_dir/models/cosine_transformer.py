@@ -11,6 +11,7 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerModel
 from fairseq.models.transformer.transformer_legacy import tiny_architecture
 
+from ..options import checked_type, positive
 from .heads import scaled_cosine
 
 
@@ -34,7 +35,7 @@ class CosineTransformerModel(TransformerModel):
 
     @staticmethod
     def add_own_args(parser):
-        parser.add_argument("--cosine-scale", type=float, metavar="S",
+        parser.add_argument("--cosine-scale", type=checked_type(float, positive(), "--cosine-scale"), metavar="S",
                             help="logits are S·cos(features, output embedding); AM-softmax's scale s (default 30)")
 
     @classmethod

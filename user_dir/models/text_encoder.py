@@ -16,16 +16,22 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.models import BaseFairseqModel, register_model
 from torch import Tensor, nn
 
+from ..options import UsageError, add_checked_args, at_least, in_range, validate
+
 
 @dataclass
 class TextEncoderConfig(FairseqDataclass):
-    encoder_layers: int = field(default=2, metadata={"help": "number of transformer layers"})
-    encoder_embed_dim: int = field(default=128, metadata={"help": "model (embedding) dimension"})
-    encoder_ffn_embed_dim: int = field(default=256, metadata={"help": "feed-forward inner dimension"})
-    encoder_attention_heads: int = field(default=4, metadata={"help": "attention heads per layer"})
-    dropout: float = field(default=0.1, metadata={"help": "dropout on embeddings, attention and feed-forward"})
+    encoder_layers: int = field(default=2, metadata={"help": "number of transformer layers", "check": at_least(1)})
+    encoder_embed_dim: int = field(default=128, metadata={"help": "model (embedding) dimension", "check": at_least(1)})
+    encoder_ffn_embed_dim: int = field(default=256, metadata={"help": "feed-forward inner dimension",
+                                                              "check": at_least(1)})
+    encoder_attention_heads: int = field(default=4, metadata={"help": "attention heads per layer (must divide "
+                                                                      "--encoder-embed-dim)", "check": at_least(1)})
+    dropout: float = field(default=0.1, metadata={"help": "dropout on embeddings, attention and feed-forward",
+                                                  "check": in_range(0, 1)})
     max_positions: int = field(default=256, metadata={"help": "longest input in tokens (<s> included); "
-                                                              "fairseq refuses or reports longer ones"})
+                                                              "fairseq refuses or reports longer ones",
+                                                      "check": at_least(2)})
 
 
 @register_model("text_encoder", dataclass=TextEncoderConfig)
@@ -47,7 +53,16 @@ class TextEncoderModel(BaseFairseqModel):
         self.classification_heads = nn.ModuleDict()
 
     @classmethod
+    def add_args(cls, parser):
+        # fairseq builds model options without defaults (architectures fill them in later)
+        add_checked_args(parser, TextEncoderConfig(), delete_default=True)
+
+    @classmethod
     def build_model(cls, cfg: TextEncoderConfig, task):
+        validate(cfg, TextEncoderConfig)
+        if cfg.encoder_embed_dim % cfg.encoder_attention_heads:
+            raise UsageError(f"--encoder-attention-heads {cfg.encoder_attention_heads} must divide "
+                             f"--encoder-embed-dim {cfg.encoder_embed_dim}")
         return cls(cfg, task.source_dictionary)
 
     def max_positions(self) -> int:

@@ -5,6 +5,7 @@ options). At generation time ``--decoding-topk K`` and ``--source-vocab-mask`` r
 search by ``user_dir.search.MaskedBeamSearch``; a checkpoint trained with ``--task translation``
 can be decoded with this task too.
 """
+import logging
 import math
 from dataclasses import dataclass, field
 
@@ -15,7 +16,10 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..as_speed import ASSpeedConfig, ASSpeedTask
 from ..masked_decoding import source_vocab
+from ..options import CheckedArgs, UsageError, at_least, negative, validate
 from ..search import MaskedBeamSearch, install
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -28,7 +32,9 @@ class MaskedDecodingConfig(FairseqDataclass):
             "help": "masked decoding: before each beam step keep only the K most probable next tokens "
             "and renormalise over them (Sparse-softmax decodes beam 5 with K=5); 0 = off. The mask is "
             "taken on the model's distribution before --min-len/--max-len/--prefix-size/"
-            "--no-repeat-ngram-size/--unkpen act; K >= vocabulary size is plain beam search"
+            "--no-repeat-ngram-size/--unkpen act; K >= vocabulary size is plain beam search (a warning "
+            "says so at start)",
+            "check": at_least(0),
         },
     )
     source_vocab_mask: bool = field(
@@ -51,7 +57,8 @@ class MaskedDecodingConfig(FairseqDataclass):
         metadata={
             "help": "score of masked tokens: -inf (default) never generates them; a large negative "
             "number (e.g. -10000; -inf itself is written --decoding-mask-fill=-inf) lets the beam fall back "
-            "on them when fewer than 2 x beam tokens are kept"
+            "on them when fewer than 2 x beam tokens are kept",
+            "check": negative(),
         },
     )
 
@@ -62,18 +69,20 @@ class SparseSeq2SeqConfig(TranslationConfig, MaskedDecodingConfig, ASSpeedConfig
 
 
 @register_task("sparse_seq2seq", dataclass=SparseSeq2SeqConfig)
-class SparseSeq2SeqTask(ASSpeedTask, TranslationTask):
+class SparseSeq2SeqTask(CheckedArgs, ASSpeedTask, TranslationTask):
     cfg: SparseSeq2SeqConfig
 
     def __init__(self, cfg: SparseSeq2SeqConfig, src_dict, tgt_dict):
+        validate(cfg, SparseSeq2SeqConfig)
         super().__init__(cfg, src_dict, tgt_dict)
-        if cfg.decoding_topk < 0:
-            raise ValueError(f"--decoding-topk must be >= 0 (0 = off), got {cfg.decoding_topk}")
-        if not cfg.decoding_mask_fill < 0:
-            raise ValueError(f"--decoding-mask-fill must be negative or -inf, got {cfg.decoding_mask_fill}")
         missing = [s for s in cfg.source_vocab_allow.split() if s not in tgt_dict.indices]
         if missing:
-            raise ValueError(f"--source-vocab-allow: not in the target dictionary: {' '.join(missing)}")
+            raise UsageError(f"--source-vocab-allow: not in the target dictionary: {' '.join(missing)} "
+                             f"(the dictionary has {len(tgt_dict)} symbols)")
+        if cfg.decoding_topk >= len(tgt_dict):
+            logger.warning(f"--decoding-topk {cfg.decoding_topk} >= {len(tgt_dict)} target symbols: no token is "
+                           "masked by it, so decoding is " + ("--source-vocab-mask alone" if cfg.source_vocab_mask
+                                                              else "plain beam search"))
         self.always_allowed = [tgt_dict.eos()] + [tgt_dict.index(s) for s in cfg.source_vocab_allow.split()]
         self.src_to_tgt = None  # source id -> target id; None when the dictionaries are the same
         if src_dict.symbols != tgt_dict.symbols:
@@ -118,7 +127,7 @@ def _check_beam_search(args, prefix_allowed_tokens_fn) -> None:
     }
     chosen = [flag for flag, on in others.items() if on]
     if chosen:
-        raise ValueError(
+        raise UsageError(
             f"--decoding-topk / --source-vocab-mask work with plain beam search, not with {', '.join(chosen)}. "
             "For top-k sampling use --sampling --sampling-topk K instead of --decoding-topk."
         )

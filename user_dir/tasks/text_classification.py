@@ -16,6 +16,7 @@ name (``accuracy``, ``macro_f1``, ``micro_f1``, ``entity_f1``, with ``--maximize
 ``fairseq-validate --valid-subset test`` scores a checkpoint on the test split.
 """
 
+import logging
 import os
 from dataclasses import dataclass, field
 
@@ -32,6 +33,9 @@ from .. import metrics as scores
 from ..as_speed import ASSpeedConfig, ASSpeedTask
 from ..criterions.base import LossBatch
 from ..models.heads import ClassificationHead
+from ..options import CheckedArgs, UsageError, at_least, in_range, positive, unset_or, validate
+
+logger = logging.getLogger(__name__)
 
 #: Target value of positions that are not scored (<s>, </s>, padding, --ignore-label pieces).
 IGNORE = -100
@@ -42,7 +46,8 @@ class TextClassificationConfig(ASSpeedConfig):
     data: str = field(default=MISSING, metadata={"help": "folder with input0/ and label/ (fairseq-preprocess --only-source)"})
     num_classes: int = field(
         default=-1,
-        metadata={"help": "number of classes; checked against the label dictionary (-1: take it from there)"},
+        metadata={"help": "number of classes; checked against the label dictionary (-1: take it from there)",
+                  "check": unset_or(at_least(1))},
     )
     multi_label: bool = field(
         default=False, metadata={"help": "each example has a set of labels (space-separated on its label line)"}
@@ -57,15 +62,20 @@ class TextClassificationConfig(ASSpeedConfig):
     predict_top_n: int = field(
         default=0,
         metadata={"help": "--multi-label: predict the N best-scored classes instead of those scored > 0 "
-                  "(Su's loss puts the decision boundary at 0)"},
+                  "(Su's loss puts the decision boundary at 0); N >= the number of classes predicts every class "
+                  "(a warning says so)", "check": at_least(0)},
     )
     classifier: ChoiceEnum(["linear", "cosine"]) = field(
         default="linear",
         metadata={"help": "output layer of the head: 'linear', or 'cosine' for s·cos logits (needed by am_softmax)"},
     )
-    cosine_scale: float = field(default=30.0, metadata={"help": "--classifier cosine: the scale s"})
-    classifier_inner_dim: int = field(default=-1, metadata={"help": "head's hidden size (-1: the encoder's)"})
-    classifier_dropout: float = field(default=0.1, metadata={"help": "dropout in the classification head"})
+    cosine_scale: float = field(default=30.0, metadata={"help": "--classifier cosine: the scale s", "check": positive()})
+    classifier_inner_dim: int = field(
+        default=-1, metadata={"help": "head's hidden size (-1: the encoder's)", "check": unset_or(at_least(1))}
+    )
+    classifier_dropout: float = field(
+        default=0.1, metadata={"help": "dropout in the classification head", "check": in_range(0, 1)}
+    )
     classification_head_name: str = field(default="text_classification_head", metadata={"help": "head name"})
     seed: int = II("common.seed")
 
@@ -97,16 +107,17 @@ class LabelDataset(BaseWrapperDataset):
 
 
 @register_task("text_classification", dataclass=TextClassificationConfig)
-class TextClassificationTask(ASSpeedTask, FairseqTask):
+class TextClassificationTask(CheckedArgs, ASSpeedTask, FairseqTask):
     cfg: TextClassificationConfig
 
     def __init__(self, cfg: TextClassificationConfig, data_dictionary: Dictionary, label_dictionary: Dictionary):
+        validate(cfg, TextClassificationConfig)
         super().__init__(cfg)
         self.dictionary, self.label_dictionary = data_dictionary, label_dictionary
         if cfg.multi_label and cfg.token_level:
-            raise ValueError("--multi-label and --token-level cannot be combined")
+            raise UsageError("--multi-label and --token-level cannot be combined")
         if cfg.predict_top_n and not cfg.multi_label:
-            raise ValueError("--predict-top-n applies to --multi-label data")
+            raise UsageError("--predict-top-n applies to --multi-label data")
         special = set(label_dictionary.symbols[: label_dictionary.nspecial])
         ignored = {cfg.ignore_label} if cfg.token_level else set()
         # fairseq-preprocess pads dictionaries to a multiple of 8 with madeupwordNNNN entries
@@ -118,21 +129,24 @@ class TextClassificationTask(ASSpeedTask, FairseqTask):
         if cfg.token_level and cfg.ignore_label in label_dictionary.indices:
             self.to_class[label_dictionary.index(cfg.ignore_label)] = IGNORE
         if cfg.num_classes not in (-1, len(self.class_names)):
-            raise ValueError(f"--num-classes {cfg.num_classes}, but the label dictionary "
+            raise UsageError(f"--num-classes {cfg.num_classes}, but the label dictionary "
                              f"{os.path.join(cfg.data, 'label', 'dict.txt')} has {len(self.class_names)} classes")
         if cfg.token_level:
             odd = [s for s in self.class_names if s != "O" and s[:2] not in ("B-", "I-")]
             if odd:
-                raise ValueError(f"--token-level scores entities from BIO tags (B-X, I-X, O); the label dictionary "
+                raise UsageError(f"--token-level scores entities from BIO tags (B-X, I-X, O); the label dictionary "
                                  f"also has {', '.join(odd[:5])} (is --ignore-label {cfg.ignore_label!r} right?)")
+        if cfg.predict_top_n >= self.num_classes:
+            logger.warning(f"--predict-top-n {cfg.predict_top_n} >= {self.num_classes} classes: every class is "
+                           "predicted for every example")
 
     @classmethod
     def setup_task(cls, cfg: TextClassificationConfig, **kwargs):
         def load(side: str) -> Dictionary:
             path = os.path.join(cfg.data, side, "dict.txt")
             if not os.path.exists(path):
-                raise FileNotFoundError(f"{path} not found: --task text_classification reads DATA/input0 and "
-                                        "DATA/label (data-prep/prepare_classification.py writes them)")
+                raise UsageError(f"{path}: no such file: --task text_classification reads DATA/input0 and "
+                                 "DATA/label (data-prep/prepare_classification.py writes them)")
             return Dictionary.load(path)
 
         return cls(cfg, load("input0"), load("label"))
@@ -154,13 +168,13 @@ class TextClassificationTask(ASSpeedTask, FairseqTask):
             path = os.path.join(self.cfg.data, side, split)
             dataset = data_utils.load_indexed_dataset(path, dictionary, combine=combine)
             if dataset is None:
-                raise FileNotFoundError(f"no binarised {split} split at {path}.{{bin,idx}}")
+                raise UsageError(f"no binarised {split} split at {path}.{{bin,idx}}")
             return dataset, path
 
         inputs, input_path = load("input0", self.dictionary)
         labels, label_path = load("label", self.label_dictionary)
         if len(inputs) != len(labels):
-            raise ValueError(f"{input_path} has {len(inputs)} examples but {label_path} has {len(labels)}")
+            raise UsageError(f"{input_path} has {len(inputs)} examples but {label_path} has {len(labels)}")
         label_counts = np.asarray(labels.sizes) - 1  # </s>
         if self.cfg.token_level:
             bad = np.flatnonzero(label_counts != np.asarray(inputs.sizes) - 1)
@@ -172,7 +186,7 @@ class TextClassificationTask(ASSpeedTask, FairseqTask):
             bad = np.flatnonzero(label_counts != 1)
             expected = "exactly one label (multi-label data needs --multi-label)"
         if len(bad):
-            raise ValueError(f"{label_path}: example {bad[0]} (line {bad[0] + 1} of the text file) has "
+            raise UsageError(f"{label_path}: example {bad[0]} (line {bad[0] + 1} of the text file) has "
                              f"{label_counts[bad[0]]} labels; expected {expected} ({len(bad)} such examples)")
         kind = "token" if self.cfg.token_level else "multi" if self.cfg.multi_label else "single"
         src_tokens = PrependTokenDataset(inputs, self.dictionary.bos())
@@ -198,8 +212,9 @@ class TextClassificationTask(ASSpeedTask, FairseqTask):
         model = super().build_model(cfg, from_checkpoint)
         heads = getattr(model, "classification_heads", None)
         if heads is None:
-            raise ValueError(f"--arch {getattr(cfg, 'arch', None) or cfg._name}: --task text_classification needs a model with classification "
-                             "heads (roberta_* or text_encoder)")
+            arch = getattr(cfg, "arch", None) or cfg._name
+            raise UsageError(f"--arch {arch}: --task text_classification needs a model with classification heads "
+                             "(roberta_* or text_encoder)")
         dim = cfg.encoder_embed_dim
         inner = self.cfg.classifier_inner_dim if self.cfg.classifier_inner_dim > 0 else dim
         scale = self.cfg.cosine_scale if self.cfg.classifier == "cosine" else None
