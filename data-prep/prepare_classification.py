@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from preplib import binarize
+from preplib import script
 from preplib.classification import (binarize_classification, check_label_sets, clinc150, jsonl, sst5, tsv,
                                     write_split)
 from preplib.textio import PrepError, SplitCounts
@@ -33,18 +33,22 @@ SPLITS = ("train", "valid", "test")
 
 
 def readers(args: argparse.Namespace) -> dict:
-    """split → a function returning that split's examples, for the chosen data set."""
+    """split → (where its examples come from, a function of the split's counts returning its examples)."""
+    skip = args.skip_invalid
     if args.dataset in ("clinc150", "sst5"):
         if args.input is None:
             raise PrepError(f"--dataset {args.dataset} needs --input")
         if args.dataset == "clinc150":
-            return {split: (lambda split=split: clinc150(args.input, split, args.oos)) for split in SPLITS}
-        return {split: (lambda split=split: sst5(args.input, split)) for split in SPLITS}
+            return {split: (str(args.input), lambda counts, split=split: clinc150(args.input, split, args.oos))
+                    for split in SPLITS}
+        return {split: (str(args.input), lambda counts, split=split: sst5(args.input, split, counts, skip))
+                for split in SPLITS}
     read = tsv if args.dataset == "tsv" else jsonl
     files = {split: getattr(args, split) for split in SPLITS}
     if files["train"] is None:
         raise PrepError(f"--dataset {args.dataset} needs --train (and usually --valid, --test)")
-    return {split: (lambda path=path: read(path, args.multi_label)) for split, path in files.items() if path}
+    return {split: (str(path), lambda counts, path=path: read(path, args.multi_label, counts, skip))
+            for split, path in files.items() if path}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -58,26 +62,21 @@ def main(argv: list[str] | None = None) -> None:
                         help="clinc150: leave out the out-of-scope examples (150 classes instead of 151)")
     parser.add_argument("--multi-label", action="store_true", help="tsv/jsonl: each example has a label list")
     parser.add_argument("--lowercase", action="store_true", help="lower-case the text")
-    parser.add_argument("--skip-invalid", action="store_true",
-                        help="skip (and count) examples with an empty text instead of stopping")
-    binarize.add_arguments(parser)
+    script.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.multi_label and args.dataset not in ("tsv", "jsonl"):
         parser.error(f"--multi-label: {args.dataset} is single-label")
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
+    with script.output_folder(parser, args) as out:
         counts, labels = {}, {}
-        for split, read in readers(args).items():
-            counts[split] = SplitCounts()
-            labels[split] = write_split(args.out, split, read(), counts[split], lowercase=args.lowercase,
+        for split, (source, read) in readers(args).items():
+            counts[split] = SplitCounts(source=source)
+            labels[split] = write_split(out, split, read(counts[split]), counts[split], lowercase=args.lowercase,
                                         skip_invalid=args.skip_invalid)
         check_label_sets(labels)
         classes = len(labels["train"])
         print(f"{classes} classes in train: --num-classes {classes}")
-        binarize.finish(args, counts, {"dataset": args.dataset, "num_classes": classes,
-                                       "label_counts": labels}, binarizer=binarize_classification)
-    except PrepError as err:
-        parser.exit(2, f"error: {err}\n")
+        script.finish(args, out, counts, {"dataset": args.dataset, "num_classes": classes, "label_counts": labels},
+                      binarizer=binarize_classification)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,10 @@ import argparse
 import functools
 from pathlib import Path
 
-from preplib import binarize
+from preplib import script
 from preplib.classification import binarize_classification, check_label_sets
 from preplib.conll import piece_labels, read_conll, write_split
-from preplib.textio import PrepError, SplitCounts
+from preplib.textio import SplitCounts
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -33,23 +33,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--test", type=Path, help="CoNLL test file")
     parser.add_argument("--label-column", type=int, default=-1,
                         help="column of the tag, 0-based; negative counts from the end (default: the last)")
-    binarize.add_arguments(parser)
+    script.add_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
+    with script.output_folder(parser, args) as out:
         counts, tags = {}, {}
         for split in ("train", "valid", "test"):
             path = getattr(args, split)
             if path is not None:
-                counts[split] = SplitCounts()
-                tags[split] = write_split(args.out, split, read_conll(path, args.label_column, counts[split]),
-                                          counts[split])
+                counts[split] = SplitCounts(source=str(path))
+                sentences = read_conll(path, args.label_column, counts[split], args.skip_invalid)
+                tags[split] = write_split(out, split, sentences, counts[split])
         check_label_sets(tags)
         print(f"{len(tags['train'])} tags in train: {' '.join(sorted(tags['train']))}")
-        binarize.finish(args, counts, {"dataset": "conll", "num_classes": len(tags["train"]), "label_counts": tags},
-                        binarizer=functools.partial(binarize_classification, piece_labels=piece_labels))
-    except PrepError as err:
-        parser.exit(2, f"error: {err}\n")
+        script.finish(args, out, counts, {"dataset": "conll", "num_classes": len(tags["train"]), "label_counts": tags},
+                      binarizer=functools.partial(binarize_classification, piece_labels=piece_labels))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from preplib import binarize
+from preplib import script
 from preplib.textio import PairWriter, PrepError, SplitCounts, normalize, read_parallel, require_file, truncate
 
 #: split → (source, target) file names, relative to the input folder, per input format.
@@ -42,6 +42,8 @@ UNILM = {"train": ("train.src.txt", "train.tgt.txt"), "valid": ("dev.src.txt", "
 def find_files(root: Path, fmt: str) -> tuple[str, dict[str, tuple[Path, Path]]]:
     """(format, split → (source, target) paths). harvardnlp's tar puts train/ and Giga/ side by side;
     either folder may be given, as may UniLM's org_data/ or its parent."""
+    if not root.is_dir():
+        raise PrepError(f"{root}: no such folder (expected harvardnlp's sumdata release or UniLM's org_data/)")
     harvard_dirs = [d for d in (root, root / "train") if (d / HARVARD["train"][0]).is_file()]
     unilm_dirs = [d for d in (root, root / "org_data") if (d / UNILM["train"][0]).is_file()]
     if fmt == "auto":
@@ -72,7 +74,7 @@ def clean(text: str, unk_token: str, counts: SplitCounts) -> str:
 
 
 def prepare_split(split: str, src: Path, tgt: Path, out: Path, args: argparse.Namespace) -> SplitCounts:
-    counts = SplitCounts()
+    counts = SplitCounts(source=f"{src} and {tgt}")
     limit = args.train_subset if split == "train" else None
     references = out / "test.ref" if split == "test" else None
     with PairWriter(out / split, counts, references=references) as writer:
@@ -105,25 +107,19 @@ def main(argv: list[str] | None = None) -> None:
                         help="truncate training/validation titles to N tokens (counted; test references never)")
     parser.add_argument("--unk-token", default="UNK", help="what a literal <unk> in the input is written as "
                         "(default: %(default)s, the data's own spelling)")
-    parser.add_argument("--skip-invalid", action="store_true",
-                        help="skip pairs with an empty or non-UTF-8 side (counted and reported) instead of "
-                        "stopping at the first one")
-    binarize.add_arguments(parser)
+    script.add_arguments(parser)
     args = parser.parse_args(argv)
     for name in ("train_subset", "max_source_tokens", "max_target_tokens"):
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')}: expected a positive number, got {value}")
-    try:
+    with script.output_folder(parser, args) as out:
         fmt, files = find_files(args.input, args.input_format)
         for split, (src, tgt) in files.items():
             require_file(src, f"{fmt} {split} source")
             require_file(tgt, f"{fmt} {split} target")
-        args.out.mkdir(parents=True, exist_ok=True)
-        counts = {split: prepare_split(split, src, tgt, args.out, args) for split, (src, tgt) in files.items()}
-        binarize.finish(args, counts, {"input": str(args.input), "input_format": fmt})
-    except PrepError as err:
-        parser.exit(2, f"error: {err}\n")
+        counts = {split: prepare_split(split, src, tgt, out, args) for split, (src, tgt) in files.items()}
+        script.finish(args, out, counts, {"input": str(args.input), "input_format": fmt})
 
 
 if __name__ == "__main__":

@@ -31,22 +31,25 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from preplib import binarize
+from preplib import script
 from preplib.squad import ORDERS, Article, QGOptions, examples, load_articles
 from preplib.textio import PairWriter, PrepError, SplitCounts, normalize, read_parallel, require_file
 
 DU_SPLITS = {"train": "train", "valid": "dev", "test": "test"}  # our name → Du et al.'s file name
 
 
-def json_splits(args: argparse.Namespace) -> dict[str, list[Article]]:
-    """Articles per split from the SQuAD JSON files."""
+def json_splits(args: argparse.Namespace) -> dict[str, tuple[list[Article], str]]:
+    """Articles per split from the SQuAD JSON files, with where they come from (for messages)."""
     train = load_articles(require_file(args.train_json, "SQuAD train JSON")) if args.train_json else []
     dev = load_articles(require_file(args.dev_json, "SQuAD dev JSON")) if args.dev_json else []
     if args.split == "squad":
-        if not train or not dev:
+        if not args.train_json or not args.dev_json:
             raise PrepError("--split squad needs --train-json and --dev-json")
         half = (len(dev) + 1) // 2
-        return {"train": train, "valid": dev[:half], "test": dev[half:]}
+        cut = f"of the {len(dev)} articles of {args.dev_json} (--split squad: first half valid, second half test)"
+        return {"train": (train, f"the {len(train)} articles of {args.train_json}"),
+                "valid": (dev[:half], f"the first {half} {cut}"),
+                "test": (dev[half:], f"the last {len(dev) - half} {cut}")}
     if args.doclist_dir is None:
         raise PrepError("--split doclist needs --doclist-dir (Du et al.'s doclist-{train,dev,test}.txt)")
     by_title: dict[str, Article] = {}
@@ -67,7 +70,8 @@ def json_splits(args: argparse.Namespace) -> dict[str, list[Article]]:
     unused = len(by_title) - len(used)
     if unused:
         print(f"note: {unused} articles of the JSON files are in no doclist and were not used", file=sys.stderr)
-    return splits
+    return {split: (articles, f"the articles of {args.doclist_dir / f'doclist-{DU_SPLITS[split]}.txt'}")
+            for split, articles in splits.items()}
 
 
 def write_split(split: str, pairs, out: Path, counts: SplitCounts) -> None:
@@ -94,10 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     qg.add_argument("--max-source-tokens", type=int, default=464,
                     help="passage + separator + answer, in words (default: %(default)s, the paper's)")
     qg.add_argument("--no-lowercase", dest="lowercase", action="store_false", help="keep the case of the text")
-    parser.add_argument("--skip-invalid", action="store_true",
-                        help="skip (and count) bad records instead of stopping: a qa whose answer_start does not "
-                        "match its context, an empty question or answer; empty or non-UTF-8 lines of Du files")
-    binarize.add_arguments(parser)
+    script.add_arguments(parser)
     args = parser.parse_args(argv)
     if (args.du2017_dir is None) == (args.train_json is None and args.dev_json is None):
         parser.error("give either --du2017-dir or --train-json/--dev-json")
@@ -105,30 +106,27 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--max-source-tokens: expected at least 3, got {args.max_source_tokens}")
     if not args.separator or len(args.separator.split()) != 1:
         parser.error(f"--separator: expected one token, got {args.separator!r}")
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
+    with script.output_folder(parser, args) as out:
         counts: dict[str, SplitCounts] = {}
         if args.du2017_dir is not None:
             for split, du_name in DU_SPLITS.items():
                 src, tgt = args.du2017_dir / f"src-{du_name}.txt", args.du2017_dir / f"tgt-{du_name}.txt"
                 if not src.exists() and not tgt.exists():
                     continue
-                counts[split] = SplitCounts()
+                counts[split] = SplitCounts(source=f"{src} and {tgt}")
                 pairs = read_parallel(require_file(src, "Du source"), require_file(tgt, "Du target"),
                                       counts[split], skip_invalid=args.skip_invalid)
-                write_split(split, pairs, args.out, counts[split])
+                write_split(split, pairs, out, counts[split])
             if not counts:
                 raise PrepError(f"{args.du2017_dir}: no src-/tgt-{{train,dev,test}}.txt files")
         else:
             options = QGOptions(max_source_tokens=args.max_source_tokens, order=args.order,
                                 separator=args.separator, lowercase=args.lowercase, skip_invalid=args.skip_invalid)
-            for split, articles in json_splits(args).items():
-                counts[split] = SplitCounts()
-                write_split(split, examples(articles, options, counts[split]), args.out, counts[split])
-        binarize.finish(args, counts, {"input": str(args.du2017_dir or args.train_json or args.dev_json)},
-                        user_symbols=[args.separator])
-    except PrepError as err:
-        parser.exit(2, f"error: {err}\n")
+            for split, (articles, source) in json_splits(args).items():
+                counts[split] = SplitCounts(source=source)
+                write_split(split, examples(articles, options, counts[split]), out, counts[split])
+        script.finish(args, out, counts, {"input": str(args.du2017_dir or args.train_json or args.dev_json)},
+                      user_symbols=[args.separator])
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import numpy as np
 from scoring import bleu, report
 from scoring.inputs import InputError, read_lines
 from scoring.rouge import coco_rouge_l
+from userinput import exit_on_error
 
 BLEU_NAMES = [f"BLEU-{n}" for n in range(1, bleu.MAX_N + 1)]
 
@@ -33,17 +34,14 @@ def group_by_source(sources: list[str]) -> dict[str, list[int]]:
     return groups
 
 
-def scored_items(args: argparse.Namespace, parser: argparse.ArgumentParser, hyps: list[str], refs: list[str]):
+def scored_items(args: argparse.Namespace, hyps: list[str], refs: list[str], notes: list[str]):
     """(hypothesis, references, JSON key) per scored item: one per example, or one per source line."""
     if not args.group_by_source:
         return hyps, [[r] for r in refs], [{"example": i} for i in range(len(hyps))]
-    try:
-        sources = read_lines(args.group_by_source)
-    except InputError as err:
-        parser.exit(2, f"error: {err}\n")
+    sources = read_lines(args.group_by_source, notes)
     if len(sources) != len(hyps):
-        parser.exit(2, f"error: {len(sources)} source lines in {args.group_by_source} for {len(hyps)} "
-                    "examples: the files must have one line per example\n")
+        raise InputError(f"{len(sources)} source lines in {args.group_by_source} for {len(hyps)} examples: "
+                         "the files must have one line per example")
     groups = group_by_source(sources)
     item_hyps = [hyps[ids[-1]] for ids in groups.values()]  # the last prediction wins, as in Du et al.
     item_refs = [[refs[i] for i in ids] for ids in groups.values()]
@@ -64,12 +62,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="also print sacrebleu's corpus BLEU (13a tokenisation, exp smoothing; not "
                         "comparable with the coco numbers) with its signature")
     args = parser.parse_args(argv)
-    pairs = report.load_or_exit(args, parser)
-    hyps, refs = pairs.hypotheses, pairs.references
-    if args.lowercase:
-        hyps, refs = [h.lower() for h in hyps], [r.lower() for r in refs]
-
-    item_hyps, item_refs, keys = scored_items(args, parser, hyps, refs)
+    with exit_on_error(parser):
+        pairs = report.load(args, parser)
+        hyps, refs = pairs.hypotheses, pairs.references
+        if args.lowercase:
+            hyps, refs = [h.lower() for h in hyps], [r.lower() for r in refs]
+        item_hyps, item_refs, keys = scored_items(args, hyps, refs, pairs.notes)
     stats = bleu.collect_stats(item_hyps, item_refs,
                                report.progress(zip(item_hyps, item_refs), len(item_hyps), "BLEU"))
     scores = dict(zip(BLEU_NAMES, bleu.corpus_bleu(stats).tolist()))

@@ -16,6 +16,7 @@ import argparse
 
 from scoring import report
 from scoring.rouge import ROUGE_TYPES, postprocess, rouge_scores
+from userinput import exit_on_error
 
 DISPLAY = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L"}
 PARTS = ("P", "R", "F1")
@@ -39,7 +40,8 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(types) - set(ROUGE_TYPES))
     if not types or unknown:
         parser.error(f"--rouge-types: unknown {unknown or 'empty list'}; expected some of {', '.join(ROUGE_TYPES)}")
-    pairs = report.load_or_exit(args, parser)
+    with exit_on_error(parser):
+        pairs = report.load(args, parser)
 
     def clean(text: str) -> str:
         return postprocess(text, lowercase=args.lowercase, map_unk=args.map_unk, digits_to_hash=args.digits_to_hash)

@@ -73,6 +73,8 @@ def test_sst5_and_bad_label_line(tmp_path):
     assert lines(tmp_path / "out/train.input0") == ["a gorgeous film", "dull , dull , dull"]
     (folder / "stsa.fine.dev").write_text("4 fine\nfive stars\n")
     proc = prep(tmp_path / "out", "--dataset", "sst5", "--input", folder, "--text-only", check=False)
+    assert proc.returncode == 2 and "--overwrite" in proc.stderr, "a non-empty output folder is not replaced"
+    proc = prep(tmp_path / "out", "--dataset", "sst5", "--input", folder, "--text-only", "--overwrite", check=False)
     assert proc.returncode == 2 and "stsa.fine.dev:2: expected '<label 0-4> <sentence>'" in proc.stderr
 
 
@@ -120,13 +122,20 @@ def test_bad_input_is_refused(tmp_path, dataset, train, test, message):
     assert "Traceback" not in proc.stderr
 
 
-def test_empty_text_can_be_skipped_and_counted(tmp_path):
-    train = tmp_path / "train.tsv"
-    train.write_text("a\tx\n \tx\nb\ty\n")
-    prep(tmp_path / "out", "--dataset", "tsv", "--train", train, "--text-only", "--skip-invalid")
+@pytest.mark.parametrize("dataset, content", [
+    ("tsv", b"a\tx\n \tx\nb\ty\ncaf\xe9\tx\nc\ty\n"),
+    ("jsonl", b'{"text": "a", "label": "x"}\n{"text": " ", "label": "x"}\n{"text": "b", "label": "y"}\n'
+              b'{"text": "caf\xe9", "label": "x"}\n{"text": "c", "label": "y"}\n'),
+])
+def test_empty_and_non_utf8_examples_can_be_skipped_and_counted(tmp_path, dataset, content):
+    train = tmp_path / "train.txt"
+    train.write_bytes(content)
+    prep(tmp_path / "out", "--dataset", dataset, "--train", train, "--text-only", "--skip-invalid")
     counts = summary(tmp_path / "out")["splits"]["train"]
-    assert (counts["read"], counts["written"], counts["skipped"]) == (3, 2, {"empty text": 1})
-    assert lines(tmp_path / "out/train.label") == ["x", "y"]
+    assert (counts["read"], counts["written"]) == (5, 3)
+    assert counts["skipped"] == {"empty text": 1, "not UTF-8": 1}
+    assert lines(tmp_path / "out/train.label") == ["x", "y", "y"]
+    assert lines(tmp_path / "out/train.input0") == ["a", "b", "c"]
 
 
 def test_clinc150_real_counts(tmp_path):

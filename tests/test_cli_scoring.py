@@ -161,8 +161,27 @@ def test_sentencepiece_output_is_decoded(tmp_path):
                                       "T-1\t\u2581what \u2581is \u2581it", "T-0\t\u2581who \u2581was"])
     ours = score_json("score_questions.py", gen, "--remove-bpe", "sentencepiece")
     assert ours["scores"]["BLEU-1"] == pytest.approx(100)
-    undecoded = score_json("score_questions.py", gen)
+    undecoded = score_json("score_questions.py", gen, "--allow-subwords")
     assert undecoded["scores"]["BLEU-1"] < 100
+
+
+@pytest.mark.parametrize("script, metric", [("score_questions.py", "BLEU-4"), ("score_summaries.py", "ROUGE-2")])
+def test_a_byte_order_mark_does_not_change_the_scores(tmp_path, script, metric):
+    text = ["what is the capital of france ?", "who wrote the book ?"]
+    plain = write(tmp_path, "plain.txt", text)
+    marked = write(tmp_path, "marked.txt", b"\xef\xbb\xbf" + plain.read_bytes())
+    proc = score(script, marked, "--refs", plain)
+    assert table_value(proc.stdout, metric) == "100.00"
+    assert f"note: {marked}: UTF-8 byte-order mark removed" in proc.stdout
+
+
+@pytest.mark.parametrize("script", ["score_questions.py", "score_summaries.py"])
+def test_forgotten_subword_removal_is_refused(tmp_path, script):
+    gen = write(tmp_path, "gen.txt", ["H-0\t-0.1\t\u2581the \u2581c at", "T-0\t\u2581the \u2581c at"])
+    proc = score(script, gen, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"{script}: error: {gen}: 1 of 1 hypotheses contain sentencepiece subword markers")
+    assert "score with --remove-bpe sentencepiece, or pass --allow-subwords" in proc.stderr
 
 
 @pytest.mark.parametrize("script", ["score_questions.py", "score_summaries.py"])

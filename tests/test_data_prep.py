@@ -4,6 +4,7 @@ on what they produce, and the Du et al. 2017 files from ../shared/data when pres
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -97,17 +98,69 @@ def copy_giga(tmp_path: Path) -> Path:
          r"train.title.txt has 2 lines but .*train.article.txt has 40"),
         (lambda r: (r / "Giga/task1_ref0.txt").unlink(), r"task1_ref0.txt: no such file \(harvard test target\)"),
         (lambda r: (r / "train/train.article.txt").unlink(), r"cannot tell the input format"),
+        (lambda r: shutil.rmtree(r), r"in: no such folder \(expected harvardnlp's sumdata release"),
+        (lambda r: [(r / "Giga" / name).write_text("") for name in ("input.txt", "task1_ref0.txt")],
+         r"the test split is empty \(test: 0 in, 0 out; from .*input.txt and .*task1_ref0.txt\): fairseq cannot"),
     ],
-    ids=["line counts", "missing file", "no format"],
+    ids=["line counts", "missing file", "no format", "no folder", "empty test split"],
 )
 def test_gigaword_refuses_bad_input(tmp_path, damage, message):
-    import re
-
     root = copy_giga(tmp_path)
     damage(root)
     proc = prep("prepare_gigaword.py", root, tmp_path / "out", "--text-only", check=False)
     assert proc.returncode == 2 and re.search(message, proc.stderr), proc.stderr
     assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists(), "a failed run writes nothing"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")], "no partial folder is left"
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_output_folder_is_replaced_only_by_a_run_that_succeeds(tmp_path):
+    root = copy_giga(tmp_path)
+    out = tmp_path / "out"
+    prep("prepare_gigaword.py", root, out, "--spm-vocab-size", "80")
+    before = tree(out)
+    assert "data-bin/train.src-tgt.src.bin" in before and "spm.model" in before
+    proc = prep("prepare_gigaword.py", root, out, "--text-only", check=False)
+    assert proc.returncode == 2 and f"{out}: not empty; pass --overwrite" in proc.stderr
+    (root / "Giga/task1_ref0.txt").write_text("one line too few\n")  # fails after the train split was written
+    proc = prep("prepare_gigaword.py", root, out, "--overwrite", "--spm-vocab-size", "80", check=False)
+    assert proc.returncode == 2 and "task1_ref0.txt has 1 lines" in proc.stderr
+    assert tree(out) == before, "a failed re-run leaves the previous output exactly as it was"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"], "no partial folder is left"
+    shutil.copy(GIGA_HARVARD / "Giga/task1_ref0.txt", root / "Giga/task1_ref0.txt")
+    prep("prepare_gigaword.py", root, out, "--overwrite", "--text-only", "--train-subset", "10")
+    assert len(lines(out / "train.src")) == 10 and not (out / "data-bin").exists(), "replaced, not merged"
+    assert summary(out)["splits"]["train"]["written"] == 10
+
+
+def test_byte_order_marks_are_removed_and_counted(tmp_path):
+    root = copy_giga(tmp_path)
+    for name in ("train/train.article.txt", "Giga/task1_ref0.txt"):
+        (root / name).write_bytes(b"\xef\xbb\xbf" + (root / name).read_bytes())
+    out, plain = tmp_path / "out", tmp_path / "plain"
+    prep("prepare_gigaword.py", root, out, "--text-only")
+    prep("prepare_gigaword.py", GIGA_HARVARD, plain, "--text-only")
+    for name in ("train.src", "train.tgt", "test.src", "test.tgt", "test.ref"):
+        assert (out / name).read_bytes() == (plain / name).read_bytes(), name
+    splits = summary(out)["splits"]
+    assert splits["train"]["edited"]["UTF-8 byte-order mark removed (train.article.txt)"] == 1
+    assert splits["test"]["edited"]["UTF-8 byte-order mark removed (task1_ref0.txt)"] == 1
+    assert "byte-order" not in json.dumps(splits["valid"])
+
+
+def test_a_sentencepiece_vocabulary_too_small_names_the_minimum(tmp_path):
+    proc = prep("prepare_gigaword.py", GIGA_HARVARD, tmp_path / "out", "--spm-vocab-size", "5", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert re.search(r"--spm-vocab-size 5 is too small for this training text: sentencepiece needs at least "
+                     r"\d+ pieces", proc.stderr), proc.stderr
+    minimum = int(re.search(r"at least (\d+) pieces", proc.stderr).group(1))
+    prep("prepare_gigaword.py", GIGA_HARVARD, tmp_path / "ok", "--spm-vocab-size", str(minimum))
+    proc = prep("prepare_gigaword.py", GIGA_HARVARD, tmp_path / "zero", "--spm-vocab-size", "0", check=False)
+    assert proc.returncode == 2 and "--spm-vocab-size: expected a positive number, got 0" in proc.stderr
 
 
 def test_gigaword_test_references_are_kept_as_read(tmp_path):
@@ -183,9 +236,22 @@ def test_squad_window_around_the_answer_and_prophetnet_order(tmp_path):
     assert all(len(s.split()) <= 16 for s in src)
     cut = summary(tmp_path)["splits"]["train"]["edited"]
     assert cut == {"passage cut to a 16-token window around the answer": 6}
-    proc = prep("prepare_squad_qg.py", tmp_path, *SQUAD, "--text-only", "--max-source-tokens", "10", check=False)
+    proc = prep("prepare_squad_qg.py", tmp_path / "short", *SQUAD, "--text-only", "--max-source-tokens", "10",
+                check=False)
     assert proc.returncode == 2
     assert "qa nd-1: answer too long for --max-source-tokens (10; the answer has 7 tokens)" in proc.stderr
+
+
+def test_squad_with_a_one_article_dev_file_is_refused_for_its_empty_test_split(tmp_path):
+    dev = json.loads((FIXTURES / "squad_dev.json").read_text())
+    dev["data"] = dev["data"][:1]
+    (tmp_path / "dev.json").write_text(json.dumps(dev))
+    proc = prep("prepare_squad_qg.py", tmp_path / "out", "--train-json", FIXTURES / "squad_train.json",
+                "--dev-json", tmp_path / "dev.json", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert ("the test split is empty (test: 0 in, 0 out; from the last 0 of the 1 articles of "
+            f"{tmp_path / 'dev.json'} (--split squad:") in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_squad_doclist_split(tmp_path):
@@ -200,7 +266,7 @@ def test_squad_doclist_split(tmp_path):
     assert lines(tmp_path / "out/valid.tgt")[0] == "in what country is normandy located ?"
     (doclists / "doclist-test.txt").write_text("Warsaw\nAtlantis\n")
     proc = prep("prepare_squad_qg.py", tmp_path / "out", *SQUAD, "--split", "doclist", "--doclist-dir", doclists,
-                "--text-only", check=False)
+                "--text-only", "--overwrite", check=False)
     assert proc.returncode == 2 and "doclist-test.txt:2: article 'Atlantis' is in neither JSON file" in proc.stderr
 
 

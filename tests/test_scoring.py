@@ -9,6 +9,7 @@ import pytest
 
 from scoring import bleu
 from scoring.inputs import InputError, load_pairs, parse_fairseq_output, read_lines, remove_bpe
+from userinput import UserInputError
 from scoring.report import bootstrap_interval
 from scoring.rouge import coco_rouge_l, lcs_length, postprocess, rouge_scores
 
@@ -169,7 +170,7 @@ Generate test with beam=5: BLEU4 = 50.00
 def test_fairseq_output_is_read_by_id_with_nbest_and_unk_noted(tmp_path):
     path = tmp_path / "gen.txt"
     path.write_text(GENERATE_OUTPUT, encoding="utf-8")
-    parsed = parse_fairseq_output(path, read_lines(path))
+    parsed = parse_fairseq_output(path, read_lines(path, []))
     assert parsed.hypotheses == ["\u2581a \u2581b", "", "\u2581c \u2581d"]
     assert parsed.references == ["\u2581a \u2581b", "\u2581e <<unk>>", "c\u2581d"]
     assert parsed.extra_hypotheses == 1 and parsed.escaped_unk_references == 1
@@ -210,17 +211,41 @@ def write(tmp_path, name, text):
         ("H-0\t-1\ta\nT-0\t\n", None, r"hyp.txt: T- line of id 0: empty reference"),
         ("H-0\t-1\ta\n", None, r"hyp.txt: no T- lines"),
         ("a\n", None, r"plain text hypotheses need --refs"),
+        ("a b\n\u2581c \u2581d\n", "a b\nc d\n",
+         r"hyp.txt: 1 of 2 hypotheses contain sentencepiece subword markers \(example 1: .*--remove-bpe sentencepiece"),
+        ("H-0\t-1\tab\nT-0\ta@@ b\n", None, r"hyp.txt: 1 of 1 references contain subword_nmt .*--remove-bpe subword_nmt"),
+        ("a b\nc\n", "a b\n\u2581c\n", r"ref.txt: 1 of 2 references contain sentencepiece .*as plain text"),
     ],
 )
 def test_bad_input_is_refused_with_file_and_line(tmp_path, hyp_text, ref_text, message):
     hyp = write(tmp_path, "hyp.txt", hyp_text)
     ref = write(tmp_path, "ref.txt", ref_text) if ref_text is not None else None
-    with pytest.raises(InputError, match=message):
+    with pytest.raises(UserInputError, match=message):
         load_pairs(hyp, ref)
 
 
+def test_subword_markers_left_by_the_wrong_scheme_are_refused_unless_allowed(tmp_path):
+    hyp = write(tmp_path, "hyp.txt", "\u2581a \u2581b@@ c\n")
+    ref = write(tmp_path, "ref.txt", "a bc\n")
+    with pytest.raises(InputError, match=r"--remove-bpe subword_nmt did not remove them: is sentencepiece"):
+        load_pairs(hyp, ref, bpe="subword_nmt")
+    assert load_pairs(hyp, ref, bpe="sentencepiece").hypotheses == ["a b@@c"]  # '@@' not followed by a space
+    assert load_pairs(hyp, ref, allow_subwords=True).hypotheses == ["\u2581a \u2581b@@ c"]
+
+
+def test_byte_order_marks_are_removed_and_noted(tmp_path):
+    hyp = write(tmp_path, "hyp.txt", b"\xef\xbb\xbfthe cat\nsat\n")
+    ref = write(tmp_path, "ref.txt", b"\xef\xbb\xbfthe cat\nsat\n")
+    pairs = load_pairs(hyp, ref)
+    assert pairs.hypotheses == pairs.references == ["the cat", "sat"]
+    assert pairs.notes == [f"{hyp}: UTF-8 byte-order mark removed", f"{ref}: UTF-8 byte-order mark removed"]
+    plain = write(tmp_path, "plain.txt", "the cat\nsat\n")
+    assert load_pairs(plain, ref).notes == [f"{ref}: UTF-8 byte-order mark removed"]
+    assert load_pairs(plain, plain).notes == []
+
+
 def test_missing_file_is_named(tmp_path):
-    with pytest.raises(InputError, match=r"nope.txt: no such file"):
+    with pytest.raises(UserInputError, match=r"nope.txt: no such file"):
         load_pairs(tmp_path / "nope.txt", tmp_path / "ref.txt")
 
 

@@ -279,6 +279,20 @@ def test_conll_prep_refuses_a_reserved_tag_and_short_lines(tmp_path):
     assert proc.returncode == 2 and "short.txt:2: expected 'word ... label' columns" in proc.stderr
 
 
+def test_conll_prep_skips_a_sentence_with_a_non_utf8_line_whole(tmp_path):
+    (tmp_path / "train.txt").write_bytes(b"-DOCSTART- -X- O O\n\nParis NNP B-LOC\nis VBZ O\n\n"
+                                         b"Caf\xe9 NN B-ORG\nopens VBZ O\n\nRome NNP B-LOC\n")
+    proc = run_script("data-prep/prepare_conll.py", tmp_path / "out", "--train", tmp_path / "train.txt",
+                      "--text-only", check=False)
+    assert proc.returncode == 2 and "train.txt:6: not UTF-8 (byte 0xe9 at column 4)" in proc.stderr
+    run_script("data-prep/prepare_conll.py", tmp_path / "out", "--train", tmp_path / "train.txt", "--text-only",
+               "--skip-invalid")
+    counts = json.loads((tmp_path / "out" / "prep_summary.json").read_text())["splits"]["train"]
+    assert (counts["read"], counts["written"], counts["skipped"]) == (3, 2, {"not UTF-8": 1})
+    assert (tmp_path / "out/train.input0").read_text().splitlines() == ["Paris is", "Rome"]
+    assert (tmp_path / "out/train.word_label").read_text().splitlines() == ["B-LOC O", "B-LOC"]
+
+
 # ----- AS-Speed -----
 
 def _expected_steps(logs: list[dict], rows_key: str = "bsz", start: int = 1, cap: int = 3) -> list[int]:

@@ -2,11 +2,15 @@
 
 The path every data set takes (Gigaword, SQuAD QG): a sentencepiece model trained on the training
 source and target text (or the user's), each split encoded, then fairseq-preprocess, and finally the
-number of sentences in each binarised split compared with the number of lines that went in.
+number of sentences in each binarised split compared with the number of lines that went in. The
+output folder always ends up with the ``spm.model`` and ``dict.txt`` it was encoded with (a given
+model and dictionary are copied in), so it is complete on its own.
 """
 from __future__ import annotations
 
-import json
+import argparse
+import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -14,7 +18,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Callable
 
-from .textio import PrepError
+from .textio import PrepError, require_file
 
 SPLITS = ("train", "valid", "test")
 SIDES = ("src", "tgt")
@@ -37,14 +41,23 @@ def train_sentencepiece(files: list[Path], prefix: Path, options: SentencePieceO
     """
     import sentencepiece as spm
 
-    spm.SentencePieceTrainer.train(
-        input=[str(f) for f in files], model_prefix=str(prefix), vocab_size=options.vocab_size,
-        model_type=options.model_type, character_coverage=options.character_coverage,
-        input_sentence_size=options.sample, shuffle_input_sentence=True, hard_vocab_limit=False,
-        # fairseq's dictionary adds its own <s> <pad> </s> <unk>; sentencepiece keeps its unk only.
-        bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0, minloglevel=2,
-        user_defined_symbols=list(options.user_symbols),
-    )
+    try:
+        spm.SentencePieceTrainer.train(
+            input=[str(f) for f in files], model_prefix=str(prefix), vocab_size=options.vocab_size,
+            model_type=options.model_type, character_coverage=options.character_coverage,
+            input_sentence_size=options.sample, shuffle_input_sentence=True, hard_vocab_limit=False,
+            # fairseq's dictionary adds its own <s> <pad> </s> <unk>; sentencepiece keeps its unk only.
+            bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0, minloglevel=2,
+            user_defined_symbols=list(options.user_symbols),
+        )
+    except RuntimeError as err:
+        # e.g. "Vocabulary size is smaller than required_chars. 5 vs 33.": one piece per character is needed
+        too_small = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(err))
+        if too_small:
+            raise PrepError(f"--spm-vocab-size {options.vocab_size} is too small for this training text: "
+                            f"sentencepiece needs at least {too_small.group(1)} pieces (one per distinct "
+                            "character, plus its own)") from None
+        raise PrepError(f"sentencepiece could not train on {', '.join(map(str, files))}: {err}") from None
     return prefix.with_suffix(".model")
 
 
@@ -113,19 +126,25 @@ def encode_splits(out: Path, splits: list[str], sides: tuple[str, ...], *, spm_m
     dictionary, lines per split (the sides of a split are written together, so they agree) and the
     characters unknown to the model per file.
     """
+    given = {"spm_model_from": spm_model, "dictionary_from": dictionary}
     if spm_model is None:
         if "train" not in splits:
             raise PrepError("no training split to train sentencepiece on: pass --spm-model")
         spm_model = train_sentencepiece([out / f"train.{side}" for side in sides], out / "spm", options)
+    else:
+        spm_model = Path(shutil.copyfile(require_file(spm_model, "--spm-model"), out / "spm.model"))
     if dictionary is None:
         dictionary = spm_dictionary(spm_model, out / "dict.txt")
+    else:
+        dictionary = Path(shutil.copyfile(require_file(dictionary, "--dict"), out / "dict.txt"))
     lines, unknown = {}, {}
     for split in splits:
         for side in sides:
             lines[split], unknown[f"{split}.{side}"] = encode_file(
                 spm_model, out / f"{split}.{side}", out / f"{split}.spm.{side}")
-    return {"spm_model": str(spm_model), "dictionary": str(dictionary), "binarised_sentences": lines,
-            "unknown_pieces": {k: v for k, v in unknown.items() if v}}
+    return {"spm_model": spm_model.name, "dictionary": dictionary.name,
+            **{key: str(path) for key, path in given.items() if path is not None},
+            "binarised_sentences": lines, "unknown_pieces": {k: v for k, v in unknown.items() if v}}
 
 
 def binarize(out: Path, splits: list[str], *, spm_model: Path | None, dictionary: Path | None,
@@ -134,10 +153,18 @@ def binarize(out: Path, splits: list[str], *, spm_model: Path | None, dictionary
     result = encode_splits(out, splits, SIDES, spm_model=spm_model, dictionary=dictionary, options=options)
     lines = result["binarised_sentences"]
     fairseq_preprocess(["--source-lang", "src", "--target-lang", "tgt", "--joined-dictionary", "--srcdict",
-                        result["dictionary"], *split_prefixes(lambda split: out / f"{split}.spm", lines)],
+                        str(out / result["dictionary"]), *split_prefixes(lambda split: out / f"{split}.spm", lines)],
                        out / "data-bin", {f"{split}.src-tgt.{side}": n for split, n in lines.items() for side in SIDES},
                        workers)
-    return {**result, "data_bin": str(out / "data-bin")}
+    return {**result, "data_bin": "data-bin"}
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+    return value
 
 
 def add_arguments(parser) -> None:
@@ -146,44 +173,13 @@ def add_arguments(parser) -> None:
     group.add_argument("--spm-model", type=Path, help="use this sentencepiece model instead of training one")
     group.add_argument("--dict", type=Path, help="use this fairseq dictionary (default: every piece of the "
                        "sentencepiece model)")
-    group.add_argument("--spm-vocab-size", type=int, default=32000,
+    group.add_argument("--spm-vocab-size", type=positive_int, default=32000,
                        help="pieces of a trained model (default: %(default)s; a small corpus may get fewer)")
     group.add_argument("--spm-model-type", choices=("unigram", "bpe"), default="unigram",
                        help="sentencepiece algorithm (default: %(default)s)")
-    group.add_argument("--spm-sample", type=int, default=2_000_000,
+    group.add_argument("--spm-sample", type=positive_int, default=2_000_000,
                        help="training sentences sentencepiece samples (default: %(default)s)")
     group.add_argument("--text-only", action="store_true", help="stop after the text splits (no sentencepiece, "
                        "no data-bin)")
-    group.add_argument("--workers", type=int, default=1, help="fairseq-preprocess workers (default: %(default)s)")
+    group.add_argument("--workers", type=positive_int, default=1, help="fairseq-preprocess workers (default: %(default)s)")
 
-
-def finish(args, counts: dict, summary: dict, user_symbols: tuple[str, ...] | list[str] = (),
-           binarizer: Callable[..., dict] = binarize) -> None:
-    """Print each split's counts, binarise ``args.out`` as the options say, and write everything to
-    ``{args.out}/prep_summary.json``: the end every prep script shares."""
-    for split, c in counts.items():
-        print(c.summary(split), file=sys.stderr)
-    summary = {**summary, "splits": {split: c.as_dict() for split, c in counts.items()}}
-    summary.update(run_from_args(args, list(counts), user_symbols, binarizer))
-    (args.out / "prep_summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {args.out} (summary: {args.out / 'prep_summary.json'})", file=sys.stderr)
-
-
-def run_from_args(args, splits: list[str], user_symbols: tuple[str, ...] | list[str] = (),
-                  binarizer: Callable[..., dict] = binarize) -> dict:
-    """Binarise ``args.out`` with ``binarizer`` as the options say and print what came out; returns it
-    for the summary."""
-    if args.text_only:
-        return {}
-    for path in (args.spm_model, args.dict):
-        if path is not None and not path.is_file():
-            raise PrepError(f"{path}: no such file")
-    options = SentencePieceOptions(vocab_size=args.spm_vocab_size, model_type=args.spm_model_type,
-                                   sample=args.spm_sample, user_symbols=tuple(user_symbols))
-    result = binarizer(args.out, splits, spm_model=args.spm_model, dictionary=args.dict, options=options,
-                      workers=args.workers)
-    sentences = ", ".join(f"{split} {n}" for split, n in result["binarised_sentences"].items())
-    print(f"binarised ({sentences} sentences) -> {result['data_bin']}", file=sys.stderr)
-    for name, n in result["unknown_pieces"].items():
-        print(f"note: {n} characters in {name} unknown to the sentencepiece model (fairseq <unk>)", file=sys.stderr)
-    return result

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .binarize import SentencePieceOptions, encode_splits, fairseq_preprocess, split_prefixes
-from .textio import PairWriter, PrepError, SplitCounts, decode, normalize, require_file
+from .textio import InvalidExample, PairWriter, PrepError, SplitCounts, lines, normalize, read_document, require_file
 
 Example = tuple[str, str, list[str]]  # (where it was read, text, labels)
 
@@ -33,7 +33,7 @@ def _check_label(label: object, where: str) -> str:
 def clinc150(path: Path, split: str, with_oos: bool) -> Iterator[Example]:
     """CLINC150 ``data_full.json``: ``[text, intent]`` items, plus the ``oos_*`` items when ``with_oos``
     (151 classes, as the AS-Softmax paper)."""
-    document = json.loads(decode(require_file(path, "CLINC150 data_full.json").read_bytes(), path))
+    document = json.loads(read_document(path, "CLINC150 data_full.json"))
     keys = [CLINC_KEYS[split]] + ([f"oos_{CLINC_KEYS[split]}"] if with_oos else [])
     for key in keys:
         items = document.get(key) if isinstance(document, dict) else None
@@ -46,21 +46,20 @@ def clinc150(path: Path, split: str, with_oos: bool) -> Iterator[Example]:
             yield where, item[0], [_check_label(item[1], where)]
 
 
-def sst5(folder: Path, split: str) -> Iterator[Example]:
+def sst5(folder: Path, split: str, counts: SplitCounts, skip_invalid: bool) -> Iterator[Example]:
     """SST-5 ``stsa.fine.{train,dev,test}``: ``<label 0-4> <sentence>`` per line."""
     path = require_file(folder / SST_FILES[split], f"SST-5 {split}")
-    for number, raw in enumerate(path.read_bytes().splitlines(), 1):
-        label, _, text = decode(raw, path, number).partition(" ")
+    for number, line in lines(path, counts, skip_invalid=skip_invalid):
+        label, _, text = line.partition(" ")
         if label not in {"0", "1", "2", "3", "4"}:
-            raise PrepError(f"{path}:{number}: expected '<label 0-4> <sentence>', got {raw[:60]!r}")
+            raise PrepError(f"{path}:{number}: expected '<label 0-4> <sentence>', got {line[:60]!r}")
         yield f"{path}:{number}", text, [label]
 
 
-def tsv(path: Path, multi_label: bool) -> Iterator[Example]:
+def tsv(path: Path, multi_label: bool, counts: SplitCounts, skip_invalid: bool) -> Iterator[Example]:
     """``text<TAB>label`` per line; with ``multi_label`` the label field is a space-separated list."""
     require_file(path, "TSV examples")
-    for number, raw in enumerate(path.read_bytes().splitlines(), 1):
-        line = decode(raw, path, number)
+    for number, line in lines(path, counts, skip_invalid=skip_invalid):
         if "\t" not in line:
             raise PrepError(f"{path}:{number}: expected 'text<TAB>label', found no tab")
         text, field = line.rsplit("\t", 1)
@@ -68,13 +67,13 @@ def tsv(path: Path, multi_label: bool) -> Iterator[Example]:
         yield where, text, _labels(field.split() if multi_label else [field], multi_label, where)
 
 
-def jsonl(path: Path, multi_label: bool) -> Iterator[Example]:
+def jsonl(path: Path, multi_label: bool, counts: SplitCounts, skip_invalid: bool) -> Iterator[Example]:
     """One JSON object per line: ``{"text": ..., "label": "x"}`` or, multi-label, ``"labels": [...]``."""
     require_file(path, "JSONL examples")
-    for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+    for number, line in lines(path, counts, skip_invalid=skip_invalid):
         where = f"{path}:{number}"
         try:
-            record = json.loads(decode(raw, path, number))
+            record = json.loads(line)
         except json.JSONDecodeError as err:
             raise PrepError(f"{where}: malformed JSON ({err.msg} at column {err.colno})") from None
         key = "labels" if multi_label else "label"
@@ -110,9 +109,8 @@ def write_split(out: Path, split: str, examples: Iterator[Example], counts: Spli
             counts.read += 1
             text = normalize(text)
             if not text:
-                if not skip_invalid:
-                    raise PrepError(f"{where}: empty text (use --skip-invalid to skip such examples, counted)")
-                counts.skipped["empty text"] += 1
+                counts.skip_or_raise(InvalidExample(f"{where}: empty text (use --skip-invalid to skip such "
+                                                    "examples, counted)", "empty text"), skip_invalid)
                 continue
             if not labels:
                 counts.edited["examples without any label"] += 1
@@ -134,9 +132,9 @@ def binarize_classification(out: Path, splits: list[str], *, spm_model: Path | N
     for split in lines if piece_labels else ():
         piece_labels(out, split)
     data_bin = out / "data-bin"
-    fairseq_preprocess(["--only-source", "--srcdict", result["dictionary"],
+    fairseq_preprocess(["--only-source", "--srcdict", str(out / result["dictionary"]),
                         *split_prefixes(lambda split: out / f"{split}.spm.input0", lines)],
                        data_bin / "input0", dict(lines), workers)
     fairseq_preprocess(["--only-source", *split_prefixes(lambda split: out / f"{split}.label", lines)],
                        data_bin / "label", dict(lines), workers)
-    return {**result, "data_bin": str(data_bin)}
+    return {**result, "data_bin": data_bin.name}

@@ -12,28 +12,40 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
-from .textio import PairWriter, PrepError, SplitCounts, decode, require_file
+from .textio import InvalidExample, PairWriter, PrepError, SplitCounts, decode_line, require_file
 
 #: The label of a word's pieces after its first (the task's ``--ignore-label`` default).
 IGNORE_LABEL = "X"
 WORD_START = "\u2581"  # sentencepiece's word-boundary mark: every word's first piece starts with it
 
 
-def read_conll(path: Path, label_column: int, counts: SplitCounts) -> Iterator[tuple[str, list[str], list[str]]]:
-    """``(where, words, tags)`` per sentence; ``where`` is the file and line the sentence starts at."""
+def read_conll(path: Path, label_column: int, counts: SplitCounts,
+               skip_invalid: bool = False) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``(where, words, tags)`` per sentence; ``where`` is the file and line the sentence starts at. A
+    sentence with a line that is not UTF-8 is an error, or with ``skip_invalid`` read and skipped whole."""
     require_file(path, "CoNLL tokens")
     words: list[str] = []
     tags: list[str] = []
     start = 0
+    invalid: InvalidExample | None = None
     for number, raw in enumerate(path.read_bytes().splitlines() + [b""], 1):
-        columns = decode(raw, path, number).split()
+        try:
+            columns = decode_line(raw, path, number, counts).split()
+        except InvalidExample as err:
+            if not skip_invalid:
+                raise
+            invalid, start = invalid or err, start or number  # the sentence is skipped at its end
+            continue
         if columns and columns[0] == "-DOCSTART-":
             counts.edited["-DOCSTART- lines dropped"] += 1
             columns = []
         if not columns:
-            if words:
+            if invalid is not None:
+                counts.read += 1
+                counts.skipped[invalid.reason] += 1
+            elif words:
                 yield f"{path}:{start}", words, tags
-            words, tags, start = [], [], 0
+            words, tags, start, invalid = [], [], 0, None
             continue
         if len(columns) < 2 or not -len(columns) <= label_column < len(columns) or label_column in (0, -len(columns)):
             raise PrepError(f"{path}:{number}: expected 'word ... label' columns with the label in column "

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
-from .textio import PrepError, SplitCounts, decode
+from .textio import InvalidExample, PrepError, SplitCounts, read_document
 
 _TOKEN = re.compile(r"'\w+|\w+|[^\w\s]")  # "building's" -> building 's, as PTB
 ORDERS = ("passage-answer", "answer-passage")
@@ -39,7 +39,7 @@ class Article(NamedTuple):
 def load_articles(path: Path) -> list[Article]:
     """The ``data`` list of a SQuAD JSON file; malformed JSON or non-UTF-8 is an error with its position."""
     try:
-        document = json.loads(decode(path.read_bytes(), path))
+        document = json.loads(read_document(path, "SQuAD JSON"))
     except json.JSONDecodeError as err:
         raise PrepError(f"{path}:{err.lineno}:{err.colno}: malformed JSON ({err.msg})") from None
     if not isinstance(document, dict) or not isinstance(document.get("data"), list):
@@ -47,12 +47,11 @@ def load_articles(path: Path) -> list[Article]:
     return [Article(path, i, record) for i, record in enumerate(document["data"])]
 
 
-class BadRecord(PrepError):
+class BadRecord(InvalidExample):
     """A record that cannot become an example; ``reason`` is what --skip-invalid counts it under."""
 
     def __init__(self, where: str, reason: str, detail: str = "") -> None:
-        super().__init__(f"{where}: {reason}{detail}")
-        self.reason = reason
+        super().__init__(f"{where}: {reason}{detail}", reason)
 
 
 @dataclass
@@ -86,9 +85,7 @@ def examples(articles: list[Article], options: QGOptions, counts: SplitCounts) -
                 try:
                     yield _example(context, tokens, qa, options, counts, f"{where}: qa {qid}")
                 except BadRecord as err:
-                    if not options.skip_invalid:
-                        raise
-                    counts.skipped[err.reason] += 1
+                    counts.skip_or_raise(err, options.skip_invalid)
 
 
 def _example(context: str, tokens, qa: dict, options: QGOptions, counts: SplitCounts, where: str) -> tuple[str, str]:

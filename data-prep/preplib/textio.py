@@ -1,8 +1,9 @@
-"""Reading and writing parallel text line by line, with every problem named by file and line.
+"""Reading and writing the examples of a split, with every problem named by file and line.
 
-Bad lines (not UTF-8, empty after whitespace normalisation) are errors unless the user asks to skip
-them; skipped pairs are counted by reason and reported. Line-count mismatches are always errors:
-after one, no pair can be trusted.
+Bad examples (a line that is not UTF-8, an empty text) are errors unless the user asks to skip
+them (``--skip-invalid``); skipped examples are counted by reason and reported. Structural problems
+(line-count mismatches, malformed JSON, a missing column) are always errors: after one, no example
+of the file can be trusted. A UTF-8 byte-order mark at the start of a file is removed and counted.
 """
 from __future__ import annotations
 
@@ -12,9 +13,25 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Iterator
 
+from userinput import BOM_REMOVED, UserInputError, decode, without_bom
 
-class PrepError(ValueError):
+#: The help of --skip-invalid, the same in every prep script.
+SKIP_INVALID_HELP = ("skip (and count, per reason) the examples that cannot be used instead of stopping at the "
+                     "first: a line that is not UTF-8 (in CoNLL files: its sentence), an empty text or target, "
+                     "a SQuAD question whose answer does not match its context. Structural problems (different "
+                     "line counts, malformed JSON, a missing column) always stop")
+
+
+class PrepError(UserInputError):
     """Bad input, with the file and line (or record id) it was found at."""
+
+
+class InvalidExample(PrepError):
+    """An example that cannot be used; ``reason`` is what ``--skip-invalid`` counts it under."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass
@@ -25,6 +42,13 @@ class SplitCounts:
     written: int = 0
     skipped: Counter = field(default_factory=Counter)
     edited: Counter = field(default_factory=Counter)
+    source: str = ""  # where the split's examples come from, for messages
+
+    def skip_or_raise(self, error: InvalidExample, skip_invalid: bool) -> None:
+        """Count ``error`` as a skipped example, or raise it when skipping was not asked for."""
+        if not skip_invalid:
+            raise error
+        self.skipped[error.reason] += 1
 
     def summary(self, name: str) -> str:
         parts = [f"{name}: {self.read} in, {self.written} out"]
@@ -42,14 +66,35 @@ def require_file(path: Path, what: str) -> Path:
     return path
 
 
-def decode(raw: bytes, path: Path, first_line: int = 1) -> str:
-    """``raw`` (a line, or a whole file) as UTF-8, or an error naming the line and column of the bad byte."""
+def decode_line(raw: bytes, path: Path, number: int, counts: SplitCounts) -> str:
+    """Line ``number`` of ``path`` as text; a byte-order mark opening the file is removed (counted), bytes
+    that are not UTF-8 raise ``InvalidExample``."""
+    if number == 1:
+        raw, had_bom = without_bom(raw)
+        if had_bom:
+            counts.edited[f"{BOM_REMOVED} ({path.name})"] += 1
     try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = first_line + raw.count(b"\n", 0, err.start)
-        column = err.start - raw.rfind(b"\n", 0, err.start)
-        raise PrepError(f"{path}:{line}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {column})") from None
+        return decode(raw, path, number)
+    except UserInputError as err:
+        raise InvalidExample(str(err), "not UTF-8") from None
+
+
+def read_document(path: Path, what: str) -> str:
+    """A whole file (a JSON document) as text. A byte-order mark at its start is dropped without being
+    counted: it lies outside the JSON value, so removing it changes no text (RFC 8259 lets readers
+    ignore it), while ``json.loads`` would refuse the document."""
+    return decode(without_bom(require_file(path, what).read_bytes())[0], path)
+
+
+def lines(path: Path, counts: SplitCounts, *, skip_invalid: bool) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` for every line of ``path`` that can be read (see ``decode_line``); with
+    ``skip_invalid`` the others are counted as read and skipped."""
+    for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+        try:
+            yield number, decode_line(raw, path, number, counts)
+        except InvalidExample as err:
+            counts.read += 1
+            counts.skip_or_raise(err, skip_invalid)
 
 
 def normalize(text: str) -> str:
@@ -73,17 +118,14 @@ def read_parallel(src: Path, tgt: Path, counts: SplitCounts, *, skip_invalid: bo
                                 "source and target files must have one line per pair")
             counts.read += 1
             try:
-                pair = tuple(decode(raw, path, number).rstrip("\r\n") for raw, path in ((raw_s, src), (raw_t, tgt)))
-            except PrepError:
-                if not skip_invalid:
-                    raise
-                counts.skipped["not UTF-8"] += 1
-                continue
-            empty = [path for path, text in zip((src, tgt), pair) if not text.split()]
-            if empty:
-                if not skip_invalid:
-                    raise PrepError(f"{empty[0]}:{number}: empty line (use --skip-invalid to skip such pairs, counted)")
-                counts.skipped["empty line"] += 1
+                pair = tuple(decode_line(raw, path, number, counts).rstrip("\r\n")
+                             for raw, path in ((raw_s, src), (raw_t, tgt)))
+                empty = [path for path, text in zip((src, tgt), pair) if not text.split()]
+                if empty:
+                    raise InvalidExample(f"{empty[0]}:{number}: empty line (use --skip-invalid to skip such "
+                                         "pairs, counted)", "empty line")
+            except InvalidExample as err:
+                counts.skip_or_raise(err, skip_invalid)
                 continue
             yield pair
 

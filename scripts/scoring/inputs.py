@@ -2,7 +2,10 @@
 
 Every problem is an :class:`InputError` that names the file and line. Nothing is skipped silently:
 the only things dropped are lines a fairseq-generate output has that are not hypotheses or
-references (``S-``/``D-``/``P-`` lines, logs), and extra n-best hypotheses, which are counted.
+references (``S-``/``D-``/``P-`` lines, logs), and extra n-best hypotheses, which are counted; a
+UTF-8 byte-order mark at the start of a file is removed and noted. Text that still carries subword
+markers (sentencepiece ``▁``, subword-nmt ``@@``) is refused unless asked for: scored as words it
+gives meaningless numbers (ROUGE-1 6.37 instead of 64.31 on one Gigaword output).
 """
 from __future__ import annotations
 
@@ -10,35 +13,34 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from userinput import BOM_REMOVED, UserInputError, decode, without_bom
+
 #: Subword markers that ``--remove-bpe`` undoes, with fairseq's ``--post-process`` semantics.
 REMOVE_BPE = ("none", "sentencepiece", "subword_nmt")
 #: How a hypothesis file is read; auto = fairseq-generate output when it has ``H-<id>`` lines.
 FORMATS = ("auto", "text", "fairseq")
 
 _FAIRSEQ_LINE = re.compile(r"^([A-Z])-(\d+)\t")
+#: Subword markers left in text, by the --remove-bpe scheme that removes them.
+_SUBWORD_MARKERS = {"sentencepiece": re.compile("\u2581"), "subword_nmt": re.compile(r"\S@@(?= |$)")}
 #: fairseq-generate writes an out-of-vocabulary reference word as this (``escape_unk=True``).
 ESCAPED_UNK = "<<unk>>"
 
 
-class InputError(ValueError):
+class InputError(UserInputError):
     """Bad input, with the file and line it was found at."""
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file without their line endings; refuses a missing, empty or non-UTF-8 file."""
+def read_lines(path: str | Path, notes: list[str]) -> list[str]:
+    """The lines of a UTF-8 text file without their line endings; refuses a missing, empty or non-UTF-8
+    file. A byte-order mark at its start is removed, and said so in ``notes``."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such file")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise InputError(
-            f"{path}:{line}: not UTF-8 (byte 0x{data[err.start]:02x} at column {column}); "
-            "convert the file to UTF-8 first"
-        ) from None
+    data, had_bom = without_bom(path.read_bytes())
+    if had_bom:
+        notes.append(f"{path}: {BOM_REMOVED}")
+    text = decode(data, path)
     if not text:
         raise InputError(f"{path}: the file is empty")
     lines = text.split("\n")
@@ -56,6 +58,18 @@ def remove_bpe(text: str, scheme: str) -> str:
     if scheme == "none":
         return text
     raise ValueError(f"--remove-bpe: unknown scheme {scheme!r}; expected one of {', '.join(REMOVE_BPE)}")
+
+
+def check_no_subwords(texts: list[str], path: str | Path, what: str, advice: str) -> None:
+    """Refuse ``texts`` (one per example) when any still carries subword markers."""
+    for scheme, marker in _SUBWORD_MARKERS.items():
+        marked = [i for i, text in enumerate(texts) if marker.search(text)]
+        if marked:
+            raise InputError(
+                f"{path}: {len(marked)} of {len(texts)} {what} contain {scheme} subword markers (example "
+                f"{marked[0]}: {texts[marked[0]][:60]!r}); {advice.format(scheme=scheme)}, or pass "
+                "--allow-subwords if they are meant to be scored as they are"
+            )
 
 
 def is_fairseq_output(lines: list[str]) -> bool:
@@ -144,17 +158,18 @@ class Pairs:
 
 
 def load_pairs(hyp_path: str | Path, ref_path: str | Path | None, *, fmt: str = "auto",
-               bpe: str = "none") -> Pairs:
+               bpe: str = "none", allow_subwords: bool = False) -> Pairs:
     """Hypotheses from a plain text file or a fairseq-generate output, references from a file or ``T-`` lines.
 
     ``bpe`` is undone on what the model produced (hypotheses and ``T-`` lines, which fairseq prints with
     the same post-processing); a ``--refs`` file is taken as it is. Empty references are refused: an
-    example without a reference cannot be scored. Empty hypotheses are kept and score zero.
+    example without a reference cannot be scored. Empty hypotheses are kept and score zero. Subword
+    markers left in the hypotheses or references are refused unless ``allow_subwords``.
     """
     if fmt not in FORMATS:
         raise ValueError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
-    lines = read_lines(hyp_path)
     notes: list[str] = []
+    lines = read_lines(hyp_path, notes)
     ref_path_used: str | Path = ref_path if ref_path is not None else hyp_path
     if fmt == "fairseq" or (fmt == "auto" and is_fairseq_output(lines)):
         parsed = parse_fairseq_output(hyp_path, lines)
@@ -167,12 +182,12 @@ def load_pairs(hyp_path: str | Path, ref_path: str | Path | None, *, fmt: str = 
                 raise InputError(f"{hyp_path}: no T- lines (run fairseq-generate on data with targets) and no --refs")
             refs = [remove_bpe(r, bpe) for r in parsed.references]
         else:
-            refs = read_lines(ref_path)
+            refs = read_lines(ref_path, notes)
     else:
         if ref_path is None:
             raise InputError(f"{hyp_path}: plain text hypotheses need --refs")
         hyps = [remove_bpe(h, bpe) for h in lines]
-        refs = read_lines(ref_path)
+        refs = read_lines(ref_path, notes)
     if len(hyps) != len(refs):
         raise InputError(
             f"{len(hyps)} hypotheses in {hyp_path} but {len(refs)} references in {ref_path_used}: "
@@ -182,4 +197,10 @@ def load_pairs(hyp_path: str | Path, ref_path: str | Path | None, *, fmt: str = 
         if not ref.split():
             where = f"T- line of id {index}" if ref_path is None else f"line {index + 1}"
             raise InputError(f"{ref_path_used}: {where}: empty reference")
+    if not allow_subwords:
+        undo = ("score with --remove-bpe {scheme}" if bpe == "none" else
+                f"--remove-bpe {bpe} did not remove them: is {{scheme}} the segmentation?")
+        check_no_subwords(hyps, hyp_path, "hypotheses", undo)
+        check_no_subwords(refs, ref_path_used, "references",
+                          undo if ref_path is None else "pass the references as plain text (e.g. the prep's test.ref)")
     return Pairs(hyps, refs, notes)

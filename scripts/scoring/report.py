@@ -9,7 +9,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .inputs import FORMATS, REMOVE_BPE, InputError, Pairs, load_pairs
+from .inputs import FORMATS, REMOVE_BPE, Pairs, load_pairs
 
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +25,9 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                         help="undo subword segmentation on model output (hypotheses and T- lines, not a --refs "
                         "file), as fairseq's --post-process does; 'none' if fairseq-generate already ran with "
                         "--post-process (default: %(default)s)")
+    parser.add_argument("--allow-subwords", action="store_true",
+                        help="score text that still has subword markers (sentencepiece '▁', subword-nmt '@@') as it is; "
+                        "by default such text is refused, since it is almost always a forgotten --remove-bpe")
     parser.add_argument("--bootstrap", type=int, default=0, metavar="N",
                         help="also give a 95%% confidence interval from N bootstrap resamples of the examples "
                         "(0 = off; 1000 is usual)")
@@ -33,14 +36,12 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                         "as JSON to PATH ('-' = stdout, the table then goes to stderr)")
 
 
-def load_or_exit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Pairs:
-    """The hypothesis/reference pairs, or the input error as a one-line message and exit status 2."""
+def load(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Pairs:
+    """The hypothesis/reference pairs the options name (an ``InputError`` if they cannot be scored)."""
     if args.bootstrap < 0:
         parser.error(f"--bootstrap: expected a number of resamples >= 0, got {args.bootstrap}")
-    try:
-        return load_pairs(args.hypotheses, args.refs, fmt=args.format, bpe=args.remove_bpe)
-    except InputError as err:
-        parser.exit(2, f"error: {err}\n")
+    return load_pairs(args.hypotheses, args.refs, fmt=args.format, bpe=args.remove_bpe,
+                      allow_subwords=args.allow_subwords)
 
 
 def progress(items: Iterable, total: int, what: str) -> Iterable:
@@ -134,7 +135,8 @@ class Report:
 def common_settings(args: argparse.Namespace) -> dict[str, object]:
     """The settings of ``add_input_arguments`` as they go into the JSON."""
     return {"hypotheses": args.hypotheses, "references": args.refs or "T- lines", "format": args.format,
-            "remove_bpe": args.remove_bpe, "bootstrap": args.bootstrap, "seed": args.seed}
+            "remove_bpe": args.remove_bpe, "allow_subwords": args.allow_subwords, "bootstrap": args.bootstrap,
+            "seed": args.seed}
 
 
 def percent_rows(names: Sequence[str], values: np.ndarray) -> dict[str, float]:
