@@ -7,21 +7,14 @@ the papers use are offered: UniLM's "passage [SEP] answer" and ProphetNet's "ans
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+from .ptb import tokenize  # PTB tokens with offsets, as Du et al.'s files
 from .textio import PrepError, SplitCounts, decode
 
-_TOKEN = re.compile(r"'\w+|\w+|[^\w\s]")  # "building's" -> building 's, as PTB
 ORDERS = ("passage-answer", "answer-passage")
-
-
-def tokenize(text: str) -> list[tuple[str, int, int]]:
-    """Words, clitics ('s, 't) and single punctuation marks with their character offsets (the offsets
-    locate the answer); close to the PTB tokens of Du et al.'s files without a tokenizer dependency."""
-    return [(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(text)]
 
 
 class Article(NamedTuple):
