@@ -1,6 +1,6 @@
 """The Penn Treebank tokenizer of data-prep/prepare_squad_qg.py (data-prep/preplib/ptb.py): raw SQuAD-like
-text against tokens worked out by hand, offsets that locate an answer, and agreement with Du et al.
-2017's PTB-tokenised files when ../shared/data has them."""
+text against tokens worked out by hand, offsets that locate an answer, agreement with Du et al. 2017's
+PTB-tokenised files when ../shared/data has them, and the too-long-answer message of the CLI."""
 from __future__ import annotations
 
 import sys
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SHARED_DATA
+from conftest import ROOT, SHARED_DATA, run_script
 
 sys.path.insert(0, str(ROOT / "data-prep"))
 from preplib.ptb import agreement, tokenize  # noqa: E402
@@ -16,6 +16,8 @@ from preplib.squad import Article, QGOptions, examples  # noqa: E402
 from preplib.textio import SplitCounts  # noqa: E402
 
 DU2017 = SHARED_DATA / "squad_qg_du2017"
+SQUAD = ("--train-json", ROOT / "tests/fixtures/squad_train.json",
+         "--dev-json", ROOT / "tests/fixtures/squad_dev.json")
 
 
 def words(text: str) -> str:
@@ -81,3 +83,16 @@ def test_du2017_files_are_kept_by_retokenising():
         tokens_kept, lines_kept = agreement((DU2017 / name).read_text(encoding="utf-8").splitlines())
         assert tokens_kept >= 0.995 and lines_kept >= 0.95, (name, tokens_kept, lines_kept)
 
+
+def test_too_long_answer_message_names_the_least_that_works(tmp_path):
+    # The longest fixture answer, "a golden statue of the Virgin Mary", has 7 tokens: the window must hold
+    # it in the passage, then the separator and the answer again, 2 * 7 + 1 = 15.
+    proc = run_script("data-prep/prepare_squad_qg.py", tmp_path / "out", *SQUAD, "--text-only",
+                      "--max-source-tokens", "14", check=False)
+    assert proc.returncode == 2
+    assert ("qa nd-1: answer too long for --max-source-tokens (14; the answer has 7 tokens): the least that "
+            "works is --max-source-tokens 15 (the answer in the passage, the separator, the answer again)"
+            ) in proc.stderr
+    run_script("data-prep/prepare_squad_qg.py", tmp_path / "out", *SQUAD, "--text-only", "--max-source-tokens", "15")
+    source = (tmp_path / "out/train.src").read_text(encoding="utf-8").splitlines()[0]
+    assert source == "a golden statue of the virgin mary [SEP] a golden statue of the virgin mary"

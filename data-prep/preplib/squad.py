@@ -101,8 +101,11 @@ def _example(context: str, tokens, qa: dict, options: QGOptions, counts: SplitCo
     answer_tokens = [tok for tok, _, _ in tokens[span[0]:span[-1] + 1]]
     budget = options.max_source_tokens - len(answer_tokens) - 1  # the separator takes one
     if budget < len(answer_tokens):
+        # The passage window must hold the answer itself, so the least that works is 2 * answer + 1.
         raise BadRecord(where, "answer too long for --max-source-tokens",
-                        f" ({options.max_source_tokens}; the answer has {len(answer_tokens)} tokens)")
+                        f" ({options.max_source_tokens}; the answer has {len(answer_tokens)} tokens): the least that "
+                        f"works is --max-source-tokens {2 * len(answer_tokens) + 1} (the answer in the passage, "
+                        f"the separator, the answer again)")
     words = [tok for tok, _, _ in tokens]
     if len(words) > budget:
         # A window of `budget` tokens, the answer as central as the passage's ends allow.
