@@ -13,9 +13,10 @@ Three inputs (one per run):
 
 From JSON, each question is one example: source = passage and answer joined by ``--separator``, in
 ``--order passage-answer`` (UniLM, default) or ``answer-passage`` (ProphetNet); target = the question.
-Text is split into words and punctuation and lower-cased (``--no-lowercase`` keeps case). A passage
-longer than ``--max-source-tokens`` (464 in the Sparse-softmax paper) minus the answer and separator
-is cut to a window of that many tokens with the answer as central as possible (counted).
+Text is tokenised as the Penn Treebank, the conventions of Du et al.'s files (``preplib/ptb.py``), and
+lower-cased (``--no-lowercase`` keeps case). A passage longer than ``--max-source-tokens`` (464 in the
+Sparse-softmax paper) minus the answer and separator is cut to a window of that many tokens with the
+answer as central as possible (counted).
 
 Output as ``prepare_gigaword.py``: ``{train,valid,test}.{src,tgt}``, ``test.ref``, ``spm.model``,
 ``dict.txt``, ``data-bin/``, ``prep_summary.json``. The separator is kept as one sentencepiece piece.

@@ -7,21 +7,14 @@ the papers use are offered: UniLM's "passage [SEP] answer" and ProphetNet's "ans
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+from .ptb import tokenize  # PTB tokens with offsets, as Du et al.'s files
 from .textio import InvalidExample, PrepError, SplitCounts, read_document
 
-_TOKEN = re.compile(r"'\w+|\w+|[^\w\s]")  # "building's" -> building 's, as PTB
 ORDERS = ("passage-answer", "answer-passage")
-
-
-def tokenize(text: str) -> list[tuple[str, int, int]]:
-    """Words, clitics ('s, 't) and single punctuation marks with their character offsets (the offsets
-    locate the answer); close to the PTB tokens of Du et al.'s files without a tokenizer dependency."""
-    return [(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(text)]
 
 
 class Article(NamedTuple):
@@ -105,8 +98,11 @@ def _example(context: str, tokens, qa: dict, options: QGOptions, counts: SplitCo
     answer_tokens = [tok for tok, _, _ in tokens[span[0]:span[-1] + 1]]
     budget = options.max_source_tokens - len(answer_tokens) - 1  # the separator takes one
     if budget < len(answer_tokens):
+        # The passage window must hold the answer itself, so the least that works is 2 * answer + 1.
         raise BadRecord(where, "answer too long for --max-source-tokens",
-                        f" ({options.max_source_tokens}; the answer has {len(answer_tokens)} tokens)")
+                        f" ({options.max_source_tokens}; the answer has {len(answer_tokens)} tokens): the least that "
+                        f"works is --max-source-tokens {2 * len(answer_tokens) + 1} (the answer in the passage, "
+                        f"the separator, the answer again)")
     words = [tok for tok, _, _ in tokens]
     if len(words) > budget:
         # A window of `budget` tokens, the answer as central as the passage's ends allow.
