@@ -80,7 +80,7 @@ def prepare(args) -> Path:
         if not args.clinc_json.exists():
             sys.exit(f"{args.clinc_json} not found: pass --clinc-json path/to/data_full.json")
         run([sys.executable, ROOT / "data-prep" / "prepare_classification.py", data, "--dataset", "clinc150",
-             "--input", args.clinc_json, "--lowercase", "--spm-vocab-size", "4000"])
+             "--input", args.clinc_json, "--lowercase", "--spm-vocab-size", "4000", "--overwrite"])
     return data / "data-bin"
 
 

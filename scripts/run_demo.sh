@@ -10,7 +10,7 @@ cd "$root"
 
 echo "== 1/4 prepare: toy corpus in Gigaword's harvardnlp layout -> sentencepiece + fairseq-preprocess"
 python data-prep/make_toy_data.py "$out/raw" --layout harvard
-python data-prep/prepare_gigaword.py "$out/raw" "$out/prep" --spm-vocab-size 100 --workers 2
+python data-prep/prepare_gigaword.py "$out/raw" "$out/prep" --spm-vocab-size 100 --workers 2 --overwrite
 
 echo "== 2/4 train: --criterion sparse_softmax --sparse-topk 10"
 rm -rf "$out/checkpoints"
