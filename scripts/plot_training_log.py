@@ -9,15 +9,18 @@ import argparse
 import json
 from pathlib import Path
 
+from userinput import UserInputError, decode, exit_on_error
 
-def read_records(path: Path, tag: str) -> list[dict]:
+
+def read_records(text: str, path: Path, tag: str) -> list[dict]:
     records = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(text.splitlines(), 1):
         if f"| {tag} |" in line and "{" in line:
             try:
                 records.append(json.loads(line[line.index("{"):]))
             except json.JSONDecodeError as err:
-                raise SystemExit(f"{path}:{lineno}: unreadable {tag} record ({err}); was --log-format json used?")
+                raise UserInputError(f"{path}:{lineno}: unreadable {tag} record ({err.msg}); was --log-format "
+                                     "json used?") from None
     return records
 
 
@@ -26,10 +29,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("log", type=Path)
     parser.add_argument("--out", type=Path, required=True, help="PNG to write")
     args = parser.parse_args(argv)
-    train = read_records(args.log, "train_inner")
-    if not train:
-        raise SystemExit(f"{args.log}: no train_inner records (use --log-format json and --log-interval)")
-    valid = read_records(args.log, "valid")
+    with exit_on_error(parser):
+        if not args.log.is_file():
+            raise UserInputError(f"{args.log}: no such file")
+        text = decode(args.log.read_bytes(), args.log)
+        train = read_records(text, args.log, "train_inner")
+        if not train:
+            raise UserInputError(f"{args.log}: no train_inner records (use --log-format json and --log-interval)")
+        valid = read_records(text, args.log, "valid")
 
     import matplotlib
 
@@ -41,8 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     ax = axes[0][0]
     steps = [int(r["num_updates"]) for r in train]
     ax.plot(steps, [float(r["loss"]) for r in train], label="train loss")
-    ax.plot(steps, [float(r["nll_loss"]) for r in train], label="train nll (plain softmax)")
-    if valid:
+    if "nll_loss" in train[0]:  # the multi-label losses log no softmax nll
+        ax.plot(steps, [float(r["nll_loss"]) for r in train], label="train nll (plain softmax)")
+    if valid and "valid_nll_loss" in valid[0]:
         ax.plot([int(r["valid_num_updates"]) for r in valid], [float(r["valid_nll_loss"]) for r in valid], "o-",
                 label="valid nll")
     ax.set_xlabel("update")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import BIN, N_TEST, ROOT, TRAIN_COMMON, json_logs, output_lines, run_cli, train_two_ranks
+from conftest import BIN, N_TEST, ROOT, TRAIN_COMMON, json_logs, output_lines, run_cli, run_script, train_two_ranks
 
 # test id -> criterion and its flags (the AM head needs cosine logits, hence its architecture)
 CRITERIA = {
@@ -108,3 +108,14 @@ def test_plugin_help_documents_every_option():
                 assert flag in section, f"{flag} missing from the help of {title}"
                 assert " ".join(f.metadata["help"].split()[:3]) in " ".join(section.split()), f"help of {flag}"
     assert "--cosine-scale" in out.split("=== model cosine_transformer\n")[1]
+
+
+def test_plot_training_log_refuses_what_it_cannot_read(tmp_path):
+    (tmp_path / "text.log").write_text("2026 | INFO | fairseq_cli.train | epoch 001 | loss 3.2\n")
+    (tmp_path / "broken.log").write_text('x | train_inner | {"loss": 1\n')
+    for log, message in ((tmp_path / "none.log", "none.log: no such file"),
+                         (tmp_path / "text.log", "text.log: no train_inner records (use --log-format json"),
+                         (tmp_path / "broken.log", "broken.log:1: unreadable train_inner record")):
+        proc = run_script("scripts/plot_training_log.py", log, "--out", tmp_path / "x.png", check=False)
+        assert proc.returncode == 2 and f"plot_training_log.py: error: {log.parent}/{message}" in proc.stderr
+        assert not (tmp_path / "x.png").exists()
