@@ -130,12 +130,16 @@ def test_as_softmax_matches_reference(delta, reduction):
     z, t = _rand(n=40, v=7, seed=1, scale=4.0)
     t[0] = IGNORE
     valid = [int(x) != IGNORE for x in t]
-    loss, n_masked = L.as_softmax_loss(z, t, delta, ignore_index=IGNORE, reduction=reduction, return_masked=True)
+    out = L.as_softmax(z, t, delta, ignore_index=IGNORE, reduction=reduction)
     ref = [ref_as_row(z[i], int(t[i]), delta) if valid[i] else (0.0, False) for i in range(len(t))]
-    torch.testing.assert_close(loss, _reduce([r[0] for r in ref], valid, reduction))
-    assert int(n_masked) == sum(r[1] for r in ref)
+    torch.testing.assert_close(out.loss, _reduce([r[0] for r in ref], valid, reduction))
+    torch.testing.assert_close(L.as_softmax_loss(z, t, delta, ignore_index=IGNORE, reduction=reduction), out.loss)
+    assert int(out.n_masked) == sum(r[1] for r in ref)
+    p = z.softmax(-1)
+    every_class_kept = [bool(((p[i, t[i]] - p[i]) <= delta).all()) for i in range(len(t)) if valid[i]]
+    assert int(out.n_dense) == sum(every_class_kept)
     if delta < 1.0:
-        assert 0 < int(n_masked) < len(t), "the case must mix masked and unmasked rows"
+        assert 0 < int(out.n_masked) < len(t), "the case must mix masked and unmasked rows"
 
 
 def test_as_softmax_delta_one_is_cross_entropy_and_nll_is_plain_ce():
@@ -150,9 +154,9 @@ def test_as_softmax_delta_one_is_cross_entropy_and_nll_is_plain_ce():
 
 def test_as_softmax_masked_row_has_zero_loss_and_gradient():
     z = torch.tensor([[10.0, 0.0, 0.0], [0.0, 0.1, 0.2]], dtype=torch.float64, requires_grad=True)
-    loss, n = L.as_softmax_loss(z, torch.tensor([0, 2]), 0.5, return_masked=True)
-    assert int(n) == 1
-    loss.backward()
+    out = L.as_softmax(z, torch.tensor([0, 2]), 0.5)
+    assert int(out.n_masked) == 1 and int(out.n_dense) == 1
+    out.loss.backward()
     assert torch.equal(z.grad[0], torch.zeros(3, dtype=torch.float64))
     assert z.grad[1].abs().sum() > 0
 

@@ -169,6 +169,9 @@ def test_shrunk_roberta_trains_and_validates(single, tmp_path):
         (["--criterion", "am_softmax"], "needs cosine logits"),
         (["--criterion", "softmax", "--arch", "transformer_tiny"], "needs a model with classification heads"),
         (["--criterion", "softmax", "--as-speed"], "as_softmax or as_multilabel"),
+        (["--criterion", "as_softmax", "--fused-output-layer"],
+         "--fused-output-layer scores a seq2seq decoder's features against its output projection; "
+         "--task text_classification scores classification heads over a few classes instead"),
     ],
 )
 def test_bad_combinations_are_refused(flags, message, single, tmp_path):

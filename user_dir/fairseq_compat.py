@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import numpy as np
@@ -35,7 +36,7 @@ from fairseq.data import data_utils
 from fairseq.models import BaseFairseqModel
 from fairseq.ngram_repeat_block import NGramRepeatBlock
 
-from .options import UsageError, exit_with_error
+from .options import UsageError, report_error
 
 _APPLIED = "_sparse_softmax_plugin_patched"
 
@@ -96,7 +97,10 @@ def _usage_error_exits(main):
         try:
             return main(*args, **kwargs)
         except UsageError as err:
-            exit_with_error(str(err))
+            report_error(str(err))
+            # Not SystemExit: fairseq's background batch thread may be inside torch when the interpreter
+            # shuts down, which aborts the process (status 134) instead of exiting with 2.
+            os._exit(2)
 
     return wrapper
 

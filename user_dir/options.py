@@ -30,15 +30,24 @@ from typing import Any, Callable, Optional
 Check = Callable[[Any], Optional[str]]
 
 
-class UsageError(ValueError):
-    """A mistake in the options or in the data they point at, reported to the user in one line."""
+class UsageError(ValueError, RuntimeError):
+    """A mistake in the options or in the data they point at, reported to the user in one line.
+
+    Also a ``RuntimeError`` because fairseq's trainer saves a ``crash.pt`` checkpoint when a training
+    step raises anything else (a mistake found in the first step is no crash), and re-raises a
+    ``RuntimeError`` as it is."""
+
+
+def report_error(message: str) -> None:
+    """Print ``<tool>: error: <message>`` as argparse does for a bad option, without the usage first:
+    fairseq's runs to hundreds of lines and would bury the message."""
+    sys.stdout.flush()
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr, flush=True)
 
 
 def exit_with_error(message: str) -> None:
-    """Stop the program as argparse does for a bad option (``<tool>: error: <message>``, exit status 2),
-    without printing the usage first: fairseq's runs to hundreds of lines and would bury the message."""
-    sys.stdout.flush()
-    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+    """Stop while the arguments are parsed: ``report_error``, then exit status 2."""
+    report_error(message)
     raise SystemExit(2)
 
 

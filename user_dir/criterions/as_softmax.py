@@ -9,11 +9,11 @@ from omegaconf import II
 from ..fairseq_compat import num_updates
 from ..losses import as_multilabel_loss, as_softmax
 from ..options import UsageError, in_range
-from .base import LossConfig, LossCriterion, LossOutput
+from .base import FusedOutputConfig, LossCriterion, LossOutput
 
 
 @dataclass
-class ASSoftmaxConfig(LossConfig):
+class ASSoftmaxConfig(FusedOutputConfig):
     as_delta: float = field(
         default=0.3,
         metadata={"help": "drop class i from the softmax when p_target - p_i > delta (0 <= delta <= 1; "
@@ -35,7 +35,10 @@ def warmup_delta(delta: float, warmup_ratio: float, max_update: int, update: int
 
 @register_criterion("as_softmax", dataclass=ASSoftmaxConfig)
 class ASSoftmaxCriterion(LossCriterion):
-    ratios = {"masked_ratio": ("n_masked", "n_rows"), "as_delta": ("delta_x_rows", "n_rows")}
+    # dense_ratio: rows that keep every class (their gradient is dense; only those take the full
+    # products of the output layer's backward with --fused-output-layer)
+    ratios = {"masked_ratio": ("n_masked", "n_rows"), "dense_ratio": ("n_dense", "n_rows"),
+              "as_delta": ("delta_x_rows", "n_rows")}
     counts_masked_rows = True  # logs n_masked, which AS-Speed reads
 
     def __init__(self, cfg: ASSoftmaxConfig, task):
@@ -54,8 +57,12 @@ class ASSoftmaxCriterion(LossCriterion):
 
     def row_loss(self, batch, model, reduction):
         delta = self.current_delta(model)
-        out = as_softmax(batch.logits, batch.target, delta, batch.ignore_index, reduction)
-        return LossOutput(out.loss, out.nll, {"n_masked": out.n_masked, "delta_x_rows": delta * batch.n_rows})
+        if batch.features is not None:
+            out = self.fused_loss(batch, reduction, "as_softmax", delta=delta)
+        else:
+            out = as_softmax(batch.logits, batch.target, delta, batch.ignore_index, reduction)
+        counts = {"n_masked": out.n_masked, "n_dense": out.n_dense, "delta_x_rows": delta * batch.n_rows}
+        return LossOutput(out.loss, out.nll, counts)
 
 
 @register_criterion("as_multilabel", dataclass=ASSoftmaxConfig)
@@ -63,6 +70,7 @@ class ASMultilabelCriterion(ASSoftmaxCriterion):
     """Needs ``--multi-label``; a row is masked when AS keeps none of its classes (loss and gradient 0)."""
 
     multi_label = True
+    ratios = {name: counts for name, counts in ASSoftmaxCriterion.ratios.items() if name != "dense_ratio"}
 
     def same_as(self, num_classes):
         if self.cfg.as_delta == 1:

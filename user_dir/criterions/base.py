@@ -12,6 +12,11 @@ A criterion is built from its config dataclass whole (``__init__(cfg, task)``), 
 their help and value checks (``user_dir.options``); a setting that makes the loss another, simpler
 method (``--sparse-topk`` at least the number of classes is plain softmax) is announced in one
 warning line at start (``same_as``).
+
+With ``--fused-output-layer`` (softmax, sparse_softmax, as_softmax) a seq2seq batch carries the
+decoder's features and its output projection instead of logits, and the criterion scores them with
+``user_dir.losses.fused_output_loss``: the same loss and logs, without the N×V logits and with a
+sparse backward where the loss's gradient is sparse.
 """
 
 import logging
@@ -23,10 +28,11 @@ import torch
 from fairseq.criterions import FairseqCriterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
+from fairseq.models.transformer import TransformerDecoderBase
 from omegaconf import II
-from torch import Tensor
+from torch import Tensor, nn
 
-from ..losses import softmax_loss
+from ..losses import LossResult, fused_output_loss, softmax_loss
 from ..options import CheckedArgs, UsageError, at_least, validate
 
 logger = logging.getLogger(__name__)
@@ -40,16 +46,35 @@ class LossConfig(FairseqDataclass):
     )
 
 
+@dataclass
+class FusedOutputConfig(LossConfig):
+    """The config of the criterions that can score a decoder's features directly."""
+
+    fused_output_layer: bool = field(
+        default=False,
+        metadata={"help": "compute the output layer and the loss together from the decoder's features, block "
+                  "by block: the N x V logits and their gradient are never formed, and sparse_softmax / "
+                  "as_softmax take a sparse backward. Same loss, logs and checkpoints; for seq2seq models "
+                  "whose output layer is a plain linear projection (not --task text_classification)"},
+    )
+
+
 class LossBatch(NamedTuple):
     """The rows a criterion scores, as the task prepares them."""
 
-    logits: Tensor  # (N, V) raw scores
+    logits: Optional[Tensor]  # (N, V) raw scores (None when the criterion scores features itself)
     target: Tensor  # (N,) class indices, or (N, V) multi-hot for multi-label tasks
     ignore_index: Optional[int]  # target value of rows that do not count (padding)
     n_rows: Tensor  # rows that count
     sample_size: int | Tensor  # what the summed loss is divided by (fairseq's sample_size)
     cosine_scale: Optional[float] = None  # s when the logits are s·cos (AM-softmax), else None
     logging: Optional[Dict[str, Tensor]] = None  # summable counts the task logs (e.g. per-class hits)
+    features: Optional[Tensor] = None  # (N, H) decoder features, with --fused-output-layer
+    projection: Optional[nn.Linear] = None  # the decoder's output layer, with --fused-output-layer
+
+    @property
+    def num_classes(self) -> int:
+        return self.logits.size(-1) if self.logits is not None else self.projection.out_features
 
 
 class LossOutput(NamedTuple):
@@ -70,6 +95,10 @@ class LossCriterion(CheckedArgs, FairseqCriterion):
         self.cfg = cfg
         self.sentence_avg = cfg.sentence_avg
         self.ignore_prefix_size = cfg.ignore_prefix_size
+        self.fused = bool(getattr(cfg, "fused_output_layer", False))
+        if self.fused and getattr(task, "loss_batch", None) is not None:
+            raise UsageError("--fused-output-layer scores a seq2seq decoder's features against its output projection; "
+                             f"--task {task.cfg._name} scores classification heads over a few classes instead")
         task_multi_label = bool(getattr(getattr(task, "cfg", None), "multi_label", False))
         if task_multi_label != self.multi_label:
             name = self.__class__.__name__
@@ -99,24 +128,37 @@ class LossCriterion(CheckedArgs, FairseqCriterion):
         return self.seq2seq_batch(model, sample)
 
     def seq2seq_batch(self, model, sample) -> LossBatch:
-        """Every non-padding target token of a seq2seq sample is a row, scored by the decoder's logits."""
+        """Every non-padding target token of a seq2seq sample is a row, scored by the decoder's logits
+        (with --fused-output-layer: by its features and output projection)."""
         decoder = getattr(model, "decoder", None)
         if getattr(decoder, "adaptive_softmax", None) is not None:
-            raise UsageError(f"criterion {self.__class__.__name__} needs full logits; --adaptive-softmax-cutoff is not supported")
-        logits = model(**sample["net_input"])[0]
+            raise UsageError(f"criterion {self.__class__.__name__} needs full logits; "
+                             "--adaptive-softmax-cutoff is not supported")
+        if self.fused:
+            check_plain_output_layer(decoder)
+        scores = model(**sample["net_input"], features_only=self.fused)[0]
         target = model.get_targets(sample, None)
         if self.ignore_prefix_size > 0:
-            logits = logits[:, self.ignore_prefix_size :, :]
+            scores = scores[:, self.ignore_prefix_size :, :]
             target = target[:, self.ignore_prefix_size :]
         target = target.reshape(-1)
+        scores = scores.reshape(-1, scores.size(-1))
         return LossBatch(
-            logits=logits.reshape(-1, logits.size(-1)),
+            logits=None if self.fused else scores,
             target=target,
             ignore_index=self.padding_idx,
             n_rows=(target != self.padding_idx).sum(),
             sample_size=sample["target"].size(0) if self.sentence_avg else sample["ntokens"],
             cosine_scale=getattr(decoder, "cosine_scale", None),
+            features=scores if self.fused else None,
+            projection=decoder.output_projection if self.fused else None,
         )
+
+    def fused_loss(self, batch: LossBatch, reduction: str, loss: str, **options) -> LossResult:
+        """``loss`` of the batch's features through its output projection (``--fused-output-layer``)."""
+        projection = batch.projection
+        return fused_output_loss(batch.features, projection.weight, batch.target, loss, bias=projection.bias,
+                                 ignore_index=batch.ignore_index, reduction=reduction, **options)
 
     def forward(self, model, sample, reduce: bool = True):
         batch = self.loss_batch(model, sample)
@@ -156,3 +198,18 @@ class LossCriterion(CheckedArgs, FairseqCriterion):
     def logging_outputs_can_be_summed() -> bool:
         return True
 
+
+def check_plain_output_layer(decoder) -> None:
+    """--fused-output-layer computes ``F.linear(features, output_projection)`` itself: refuse a decoder
+    whose logits come out any other way."""
+    name = type(decoder).__name__
+    if not isinstance(decoder, TransformerDecoderBase):
+        problem = "is not a fairseq transformer decoder"
+    elif type(decoder).output_layer is not TransformerDecoderBase.output_layer:
+        problem = "computes its logits in its own output_layer (e.g. cosine logits for am_softmax)"
+    elif not isinstance(getattr(decoder, "output_projection", None), nn.Linear):
+        problem = "has no linear output_projection"
+    else:
+        return
+    raise UsageError(f"--fused-output-layer needs a decoder whose logits are its plain linear output_projection; "
+                     f"{name} {problem}")

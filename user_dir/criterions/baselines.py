@@ -23,7 +23,7 @@ from ..losses import (
 from ..losses._common import compute_dtype
 from ..losses.taylor import GRADIENTS
 from ..options import UsageError, at_least, even_at_least_2, in_range, positive
-from .base import LossConfig, LossCriterion, LossOutput
+from .base import FusedOutputConfig, LossConfig, LossCriterion, LossOutput
 
 
 def _margin_field(default: float):
@@ -36,7 +36,7 @@ def _order_field():
 
 
 @dataclass
-class SoftmaxConfig(LossConfig):
+class SoftmaxConfig(FusedOutputConfig):
     label_smoothing: float = field(
         default=0.0,
         metadata={"help": "epsilon: (1 - eps) * CE + eps * mean over all classes of -log p (torch's label smoothing)",
@@ -83,8 +83,11 @@ class SoftmaxCriterion(LossCriterion):
     """Plain softmax cross-entropy, optionally label-smoothed: the baseline every other loss is compared with."""
 
     def row_loss(self, batch, model, reduction):
-        loss = softmax_loss(batch.logits, batch.target, batch.ignore_index, reduction, self.cfg.label_smoothing)
-        return LossOutput(loss)
+        eps = self.cfg.label_smoothing
+        if batch.features is not None:
+            out = self.fused_loss(batch, reduction, "cross_entropy", label_smoothing=eps)
+            return LossOutput(out.loss, out.nll)
+        return LossOutput(softmax_loss(batch.logits, batch.target, batch.ignore_index, reduction, eps))
 
 
 @register_criterion("temperature_softmax", dataclass=TemperatureConfig)

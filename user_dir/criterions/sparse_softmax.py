@@ -6,11 +6,11 @@ from fairseq.criterions import register_criterion
 
 from ..losses import sparse_softmax_loss
 from ..options import at_least, in_range
-from .base import LossConfig, LossCriterion, LossOutput
+from .base import FusedOutputConfig, LossCriterion, LossOutput
 
 
 @dataclass
-class SparseSoftmaxConfig(LossConfig):
+class SparseSoftmaxConfig(FusedOutputConfig):
     sparse_topk: int = field(
         default=10,
         metadata={"help": "normalise the softmax over the k largest logits only (SPACES default 10); "
@@ -35,7 +35,9 @@ class SparseSoftmaxCriterion(LossCriterion):
         return None
 
     def row_loss(self, batch, model, reduction):
-        k = min(self.cfg.sparse_topk, batch.logits.size(-1))  # top-V of V classes is the full softmax, exactly
-        loss = sparse_softmax_loss(batch.logits, batch.target, k, batch.ignore_index, reduction,
-                                   self.cfg.label_smoothing)
-        return LossOutput(loss)
+        k = min(self.cfg.sparse_topk, batch.num_classes)  # top-V of V classes is the full softmax, exactly
+        eps = self.cfg.label_smoothing
+        if batch.features is not None:
+            out = self.fused_loss(batch, reduction, "sparse_softmax", k=k, label_smoothing=eps)
+            return LossOutput(out.loss, out.nll)
+        return LossOutput(sparse_softmax_loss(batch.logits, batch.target, k, batch.ignore_index, reduction, eps))

@@ -5,21 +5,24 @@ Every function takes logits ``(N, V)`` and integer targets ``(N,)`` (multi-label
 fairseq criterions expect), ``"mean"`` (over non-ignored rows) or ``"none"``, and computes in float32
 for half-precision inputs.
 """
-from .as_softmax import ASSoftmaxOutput, as_softmax, as_softmax_loss
+from ._common import LossResult
+from .as_softmax import as_softmax, as_softmax_loss
 from .multilabel import as_multilabel_loss, as_multilabel_masks, multilabel_categorical_crossentropy
 from .softmax_variants import am_softmax_loss, soft_margin_softmax_loss, softmax_loss, temperature_softmax_loss
+from .output_layer import fused_output_loss
 from .sparse_softmax import sparse_softmax_loss
 from .sparsemax import entmax15_loss, sparsemax_loss
 from .taylor import sm_taylor_softmax_loss, taylor_expansion, taylor_softmax_loss
 
 __all__ = [
-    "ASSoftmaxOutput",
+    "LossResult",
     "am_softmax_loss",
     "as_multilabel_loss",
     "as_multilabel_masks",
     "as_softmax",
     "as_softmax_loss",
     "entmax15_loss",
+    "fused_output_loss",
     "multilabel_categorical_crossentropy",
     "soft_margin_softmax_loss",
     "sm_taylor_softmax_loss",

@@ -2,14 +2,18 @@
 and additive-margin (AM) softmax.
 
 Each baseline is plain softmax CE after one change to the logits, so they share ``_ce_rows``.
+``softmax_chunk`` is the (label-smoothed) CE of a block of rows with its gradient written out, for
+``fused_output_loss``.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._common import check_range, compute_dtype, prepare_rows, reduce_rows
+from ._common import check_range, compute_dtype, prepare_rows, reduce_rows, softmax_
 
 
 def _ce_rows(z: Tensor, target: Tensor, label_smoothing: float = 0.0) -> Tensor:
@@ -77,3 +81,28 @@ def am_softmax_loss(
         if bool((c.abs() > 1 + 1e-4).any()):
             raise ValueError("am_softmax_loss expects cosine logits in [-1, 1]; normalise features and weights")
     return reduce_rows(_margin_rows(c * scale, rows.target, margin * scale), rows.valid, reduction)
+
+
+class SoftmaxChunk(NamedTuple):
+    """One block of rows scored by softmax CE; per-row tensors have shape ``(B,)``."""
+
+    loss: Tensor  # unweighted row losses (label-smoothed when asked)
+    nll: Tensor  # plain softmax cross-entropy
+    grad: Tensor | None  # (B, V) unweighted gradient w.r.t. the logits, in the logits' buffer
+
+
+def softmax_chunk(z: Tensor, target: Tensor, label_smoothing: float, want_grad: bool) -> SoftmaxChunk:
+    """Score logits ``z (B, V)`` (float32/64, overwritten) as ``softmax_loss`` does: the gradient of
+    ``(1-ε)·CE + ε·mean_i(-log p_i)`` is ``p - (1-ε)·onehot(t) - ε/V``. Works in ``z``'s buffer."""
+    t = target[:, None]
+    z_t = z.gather(1, t)
+    mean = z.mean(dim=-1) if label_smoothing > 0 else None
+    p, lse = softmax_(z)
+    nll = (lse - z_t).squeeze(1)
+    loss = nll if mean is None else (1.0 - label_smoothing) * nll + label_smoothing * (lse.squeeze(1) - mean)
+    if not want_grad:
+        return SoftmaxChunk(loss, nll, None)
+    if label_smoothing > 0:
+        p.sub_(label_smoothing / z.shape[1])
+    p.scatter_add_(1, t, torch.full_like(z_t, label_smoothing - 1.0))
+    return SoftmaxChunk(loss, nll, p)

@@ -1,9 +1,26 @@
-"""Sparse-softmax (Sun et al. 2021): cross-entropy normalised over the k largest logits only."""
+"""Sparse-softmax (Sun et al. 2021): cross-entropy normalised over the k largest logits only.
+
+``sparse_softmax_loss`` takes logits and lets autograd through ``topk``; ``sparse_softmax_chunk`` is the
+same loss for a block of rows with its gradient written out explicitly, as ``k + 1`` (class, value)
+pairs per row, which is what ``fused_output_loss`` turns into a sparse backward of the output layer.
+"""
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import torch
 from torch import Tensor
 
-from ._common import check_range, compute_dtype, prepare_rows, reduce_rows
+from ._common import check_range, compute_dtype, prepare_rows, reduce_rows, softmax_
+
+
+class SparseChunk(NamedTuple):
+    """One block of rows scored by Sparse-softmax; per-row tensors have shape ``(B,)``."""
+
+    loss: Tensor  # unweighted row losses
+    nll: Tensor  # plain softmax cross-entropy of the same logits
+    classes: Tensor | None  # (B, k + 1): the top k, then the target (which may repeat one of them)
+    grad: Tensor | None  # (B, k + 1): the gradient w.r.t. the logits of those classes (repeats add up)
 
 
 def sparse_softmax_loss(
@@ -35,3 +52,26 @@ def sparse_softmax_loss(
     if label_smoothing > 0:
         loss = (1.0 - label_smoothing) * loss + label_smoothing * (lse - top.mean(dim=-1))
     return reduce_rows(loss, rows.valid, reduction)
+
+
+def sparse_softmax_chunk(z: Tensor, target: Tensor, k: int, label_smoothing: float, want_grad: bool) -> SparseChunk:
+    """Score logits ``z (B, V)`` (float32/64, overwritten) against ``target (B,)`` as ``sparse_softmax_loss``.
+
+    The gradient of ``(1-ε)·(lse_k - z_t) + ε·(lse_k - mean(topk))`` is ``p_j - ε/k`` on each of the top
+    k (p: the softmax over them) and ``-(1-ε)`` at the target.
+    """
+    t = target[:, None]
+    top, classes = z.topk(k, dim=-1, sorted=False)
+    lse_k = top.logsumexp(dim=-1, keepdim=True)
+    z_t = z.gather(1, t)
+    loss = (lse_k - z_t).squeeze(1)
+    if label_smoothing > 0:
+        loss = (1.0 - label_smoothing) * loss + label_smoothing * (lse_k.squeeze(1) - top.mean(dim=-1))
+    nll = (softmax_(z)[1] - z_t).squeeze(1)  # the full logsumexp, for the logged plain CE
+    if not want_grad:
+        return SparseChunk(loss, nll, None, None)
+    grad = top.sub_(lse_k).exp_()
+    if label_smoothing > 0:
+        grad.sub_(label_smoothing / k)
+    grad = torch.cat([grad, torch.full_like(z_t, label_smoothing - 1.0)], dim=1)
+    return SparseChunk(loss, nll, torch.cat([classes, t], dim=1), grad)

@@ -1,0 +1,257 @@
+"""The output layer and its loss in one pass: ``fused_output_loss(hidden, weight, target, loss)``.
+
+A seq2seq model's output layer ``z = h·Wᵀ (+ b)`` over a large vocabulary is most of its training
+cost: ``F.linear`` + a loss + backward computes the N×V logits, a dense N×V gradient G, and two more
+products of the same size, ``G·W`` for the features and ``Gᵀ·h`` for the weight. The sparse losses
+need little of that:
+
+* sparse_softmax's G is non-zero on k+1 entries per row, so ``dL/dh = Σ_j g_j W_j`` and
+  ``dL/dW_j += g_j h`` cost O(N·k·H) instead of O(N·V·H);
+* as_softmax's G is zero on masked rows and non-zero only on the kept classes of a row whose target
+  already has ``p_t > δ`` (at most ``1/(p_t - δ)`` of them); only rows that keep (nearly) every class
+  take the dense products, so the backward gets cheaper as the model learns;
+* cross_entropy is the dense baseline done the same way: it saves the N×V buffers, not time.
+
+Rows are processed in blocks: a block's logits are computed (in the inputs' dtype, as the layer itself
+would, then scored in float32), scored by the loss's own block function (``softmax_chunk``,
+``sparse_softmax_chunk``, ``as_softmax_chunk``), and turned at once into the block's share of the
+gradients of h, W and b; the N×V logits and gradient never exist. Rows whose target is
+``ignore_index`` are dropped before any work. With reduction "sum" or "mean" the gradients are
+computed in the forward pass and backward only scales them; with "none" backward runs the blocks
+again, because each row's weight in the gradient is only known then.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ._common import LossResult, check_range, check_reduction, chunk_rows, compute_dtype, prepare_targets, row_weights
+from .as_softmax import as_softmax_chunk
+from .softmax_variants import softmax_chunk
+from .sparse_softmax import sparse_softmax_chunk
+
+LOSSES = ("cross_entropy", "sparse_softmax", "as_softmax")
+#: An AS row keeping more than this share of the classes takes the dense products: gathering and
+#: scattering weight rows one by one costs more per class than the matrix products do.
+_DENSE_SHARE = 1 / 16
+
+
+class _Spec(NamedTuple):
+    loss: str
+    k: int
+    delta: float
+    label_smoothing: float
+
+
+class _Scores(NamedTuple):
+    """What one pass over the counted rows gives; the gradients are None when not asked for."""
+
+    loss: Tensor  # (n,) unweighted row losses
+    nll: Tensor  # (n,) plain softmax cross-entropy
+    masked: Tensor  # (n,) bool
+    dense: Tensor  # (n,) bool: the gradient w.r.t. the row's logits is non-zero on every class
+    grad_hidden: Tensor | None  # (n, H), in the compute dtype
+    grad_weight: Tensor | None  # (V, H)
+    grad_bias: Tensor | None  # (V,)
+
+
+class _Gradients:
+    """Accumulates the gradients of the weighted loss w.r.t. the counted rows of h, W and b."""
+
+    def __init__(self, hidden: Tensor, weight: Tensor, bias: Tensor | None, dtype: torch.dtype):
+        self.hidden, self.weight, self.dtype = hidden, weight, dtype
+        self.grad_hidden = torch.zeros(hidden.shape, dtype=dtype, device=hidden.device)
+        self.grad_weight = torch.zeros(weight.shape, dtype=dtype, device=weight.device)
+        self.grad_bias = None if bias is None else torch.zeros(weight.shape[0], dtype=dtype, device=weight.device)
+
+    def dense(self, rows: slice | Tensor, grad: Tensor) -> None:
+        """Rows whose logit gradient ``grad (B, V)`` is dense: two matrix products, in the weight's dtype
+        (as autograd through ``F.linear`` would do them), accumulated in the compute dtype."""
+        h, g = self.hidden[rows], grad.to(self.weight.dtype)
+        self.grad_hidden[rows] = (g @ self.weight).to(self.dtype)
+        if g.dtype == self.dtype:
+            self.grad_weight.addmm_(g.t(), h)  # in place: no V×H temporary per block
+        else:
+            self.grad_weight.add_((g.t() @ h).to(self.dtype))
+        if self.grad_bias is not None:
+            self.grad_bias.add_(grad.sum(dim=0))
+
+    def sparse(self, rows: Tensor, classes: Tensor, grad: Tensor) -> None:
+        """Single entries ``grad`` of the logit gradient at (``rows``, ``classes``), all 1-D: each takes one
+        weight row and one feature row; repeated (row, class) pairs add up."""
+        w = self.weight.index_select(0, classes).to(self.dtype)
+        h = self.hidden.index_select(0, rows).to(self.dtype)
+        self.grad_hidden.index_add_(0, rows, grad[:, None] * w)
+        self.grad_weight.index_add_(0, classes, grad[:, None] * h)
+        if self.grad_bias is not None:
+            self.grad_bias.index_add_(0, classes, grad)
+
+
+def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, row_weight: Tensor | None,
+                spec: _Spec) -> _Scores:
+    """Score the counted rows ``hidden (n, H)`` block by block; with ``row_weight`` also compute the
+    gradients of ``Σ row_weight · loss``."""
+    n, v = hidden.shape[0], weight.shape[0]
+    dtype = compute_dtype(hidden)
+    loss = torch.empty(n, dtype=dtype, device=hidden.device)
+    nll = torch.empty_like(loss)
+    masked = torch.zeros(n, dtype=torch.bool, device=hidden.device)
+    dense = torch.zeros_like(masked)
+    grads = None if row_weight is None else _Gradients(hidden, weight, bias, dtype)
+    step = chunk_rows(hidden.device, v, fused=True)
+    buffer = torch.empty(min(step, n), v, dtype=dtype, device=hidden.device)  # one block's logits, reused
+    for start in range(0, n, step):
+        block = slice(start, min(n, start + step))
+        z = _logits(hidden[block], weight, bias, buffer[: block.stop - start])
+        t, want = target[block], grads is not None
+        if spec.loss == "cross_entropy":
+            scored = softmax_chunk(z, t, spec.label_smoothing, want)
+            dense[block] = True
+        elif spec.loss == "sparse_softmax":
+            scored = sparse_softmax_chunk(z, t, spec.k, spec.label_smoothing, want)
+            dense[block] = spec.k == v
+        else:
+            scored = as_softmax_chunk(z, t, spec.delta, want)
+            masked[block], dense[block] = scored.masked, scored.kept == v
+        loss[block], nll[block] = scored.loss, scored.nll
+        if grads is None:
+            continue
+        w = row_weight[block, None]
+        if spec.loss == "cross_entropy":
+            grads.dense(block, scored.grad.mul_(w))
+        elif spec.loss == "sparse_softmax":
+            rows = torch.arange(start, block.stop, device=z.device).repeat_interleave(spec.k + 1)
+            grads.sparse(rows, scored.classes.flatten(), scored.grad.mul_(w).flatten())
+        else:
+            _as_gradients(grads, start, scored.grad.mul_(w), scored.kept, scored.masked, v)
+    if grads is None:
+        return _Scores(loss, nll, masked, dense, None, None, None)
+    return _Scores(loss, nll, masked, dense, grads.grad_hidden, grads.grad_weight, grads.grad_bias)
+
+
+def _logits(hidden: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> Tensor:
+    """``F.linear(hidden, weight, bias)`` written into ``out`` (the compute dtype): directly when the
+    dtypes agree, else computed in the inputs' dtype, as the layer itself would, then converted."""
+    if hidden.dtype != out.dtype:
+        return out.copy_(F.linear(hidden, weight, bias))
+    if bias is None:
+        return torch.mm(hidden, weight.t(), out=out)
+    return torch.addmm(bias, hidden, weight.t(), out=out)
+
+
+def _as_gradients(grads: _Gradients, start: int, grad: Tensor, kept: Tensor, masked: Tensor, v: int) -> None:
+    """An AS block's gradients: masked rows have none, rows keeping many classes take the dense
+    products, the others only their kept classes."""
+    wide = kept > v * _DENSE_SHARE
+    if bool(wide.all()):
+        grads.dense(slice(start, start + grad.shape[0]), grad)
+        return
+    rows = wide.nonzero().squeeze(1)
+    if rows.numel():
+        grads.dense(rows + start, grad[rows])
+    rows = (~wide & ~masked).nonzero().squeeze(1)
+    if rows.numel():
+        narrow = grad[rows]
+        row, cls = narrow.nonzero(as_tuple=True)
+        grads.sparse(rows[row] + start, cls, narrow[row, cls])
+
+
+class _FusedOutputLayer(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, rows, target, row_weight, spec: _Spec, per_row: bool):
+        """(weighted loss, weighted row nll, masked, dense) of the counted ``rows`` of ``hidden``."""
+        counted = hidden.index_select(0, rows)
+        want = any(ctx.needs_input_grad[:3]) and not per_row
+        scores = _score_rows(counted, weight, bias, target, row_weight if want else None, spec)
+        ctx.spec, ctx.per_row, ctx.shape, ctx.dtypes = spec, per_row, hidden.shape, (hidden.dtype, weight.dtype)
+        if per_row:  # backward needs each row's weight first: it scores the rows again
+            ctx.save_for_backward(hidden, weight, bias, rows, target, row_weight)
+        else:
+            ctx.save_for_backward(rows, scores.grad_hidden, scores.grad_weight, scores.grad_bias)
+        loss = scores.loss * row_weight
+        if per_row:
+            loss = torch.zeros(hidden.shape[0], dtype=loss.dtype, device=loss.device).index_copy_(0, rows, loss)
+        nll, masked, dense = scores.nll * row_weight, scores.masked, scores.dense
+        ctx.mark_non_differentiable(nll, masked, dense)
+        return (loss if per_row else loss.sum()), nll, masked, dense
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, *_unused):
+        if ctx.per_row:
+            hidden, weight, bias, rows, target, row_weight = ctx.saved_tensors
+            counted = hidden.index_select(0, rows)
+            scale = row_weight * grad_loss.index_select(0, rows).to(row_weight.dtype)
+            scores = _score_rows(counted, weight, bias, target, scale, ctx.spec)
+            grad_h, grad_w, grad_b = scores.grad_hidden, scores.grad_weight, scores.grad_bias
+        else:
+            rows, grad_h, grad_w, grad_b = ctx.saved_tensors
+            if not (grad_loss.numel() == 1 and float(grad_loss) == 1.0):
+                scale = grad_loss.to(grad_w.dtype)
+                grad_h, grad_w = grad_h * scale, grad_w * scale
+                grad_b = None if grad_b is None else grad_b * scale
+        hidden_dtype, weight_dtype = ctx.dtypes
+        grad_hidden = grad_h.new_zeros(ctx.shape).index_copy_(0, rows, grad_h).to(hidden_dtype)
+        return (grad_hidden, grad_w.to(weight_dtype), None if grad_b is None else grad_b.to(weight_dtype),
+                None, None, None, None, None)
+
+
+def _check_layer(hidden: Tensor, weight: Tensor, bias: Tensor | None) -> None:
+    shapes = f"{tuple(hidden.shape)} and {tuple(weight.shape)}"
+    if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
+        raise ValueError(f"hidden must be (N, H) and weight (V, H), got {shapes}")
+    if not hidden.is_floating_point() or hidden.dtype != weight.dtype:
+        raise ValueError(f"hidden and weight must share one floating-point dtype, got {hidden.dtype} and {weight.dtype}")
+    if bias is not None and (bias.shape != weight.shape[:1] or bias.dtype != weight.dtype):
+        raise ValueError(f"bias must be ({weight.shape[0]},) of dtype {weight.dtype}, "
+                         f"got {tuple(bias.shape)} of {bias.dtype}")
+
+
+def fused_output_loss(
+    hidden: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    loss: str,
+    *,
+    k: int = 10,
+    delta: float = 0.3,
+    label_smoothing: float = 0.0,
+    bias: Tensor | None = None,
+    ignore_index: int | None = None,
+    reduction: str = "sum",
+) -> LossResult:
+    """``loss`` of the logits ``F.linear(hidden, weight, bias)`` without ever forming them (see the module).
+
+    ``hidden (N, H)``: the features the output layer reads; ``weight (V, H)`` (an ``nn.Linear``'s,
+    possibly tied to the embeddings) and ``bias (V,)``; ``target (N,)``. ``loss`` is "cross_entropy"
+    (label-smoothed as ``softmax_loss``), "sparse_softmax" (``k``, ``label_smoothing`` as
+    ``sparse_softmax_loss``) or "as_softmax" (``delta``). The result matches the unfused loss on
+    ``F.linear(hidden, weight, bias)``: the loss, the plain nll, the masked and dense row counts;
+    gradients reach hidden, weight and bias in their own dtypes, computed in float32 for half inputs.
+    """
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    _check_layer(hidden, weight, bias)
+    check_reduction(reduction)
+    v = weight.shape[0]
+    if loss == "sparse_softmax":
+        check_range("k", k, 1, v)
+    if loss == "as_softmax":
+        check_range("delta", delta, 0.0, 1.0)
+        if label_smoothing:
+            raise ValueError("as_softmax takes no label_smoothing")
+    check_range("label_smoothing", label_smoothing, 0.0, 1.0)
+    prepared = prepare_targets(target, hidden.shape[0], v, ignore_index, f"hidden {tuple(hidden.shape)}")
+    rows = prepared.valid.nonzero().squeeze(1)
+    row_weight = row_weights(prepared.valid, reduction, compute_dtype(hidden)).index_select(0, rows)
+    spec = _Spec(loss, int(k), float(delta), float(label_smoothing))
+    target = prepared.target.index_select(0, rows)
+    out, nll, masked, dense = _FusedOutputLayer.apply(hidden, weight, bias, rows, target, row_weight, spec,
+                                                      reduction == "none")
+    if reduction == "none":
+        nll = torch.zeros(hidden.shape[0], dtype=nll.dtype, device=nll.device).index_copy_(0, rows, nll)
+    else:
+        nll = nll.sum()
+    return LossResult(out, nll, masked.sum(), dense.sum())
