@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-import weakref
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+
+from measure import best_times, peak_extra_bytes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from user_dir.losses import as_softmax_loss, sparse_softmax_loss  # noqa: E402
@@ -41,11 +39,6 @@ def make_inputs(n: int, v: int, device: str):
     return logits, torch.randint(0, v, (n,), generator=g).to(device)
 
 
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def step(name: str, logits, target) -> None:
     logits.grad = None
     LOSSES[name](logits, target).backward()
@@ -53,56 +46,13 @@ def step(name: str, logits, target) -> None:
 
 def time_all(n: int, v: int, device: str, repeats: int) -> dict[str, float]:
     logits, target = make_inputs(n, v, device)
-    best = {name: float("inf") for name in LOSSES}
-    for name in LOSSES:  # warm-up
-        step(name, logits, target)
-    for _ in range(repeats):
-        for name in LOSSES:
-            sync(device)
-            start = time.perf_counter()
-            step(name, logits, target)
-            sync(device)
-            best[name] = min(best[name], time.perf_counter() - start)
-    return best
+    return best_times({name: lambda name=name: step(name, logits, target) for name in LOSSES}, repeats, device)
 
 
-class PeakTensorMemory(TorchDispatchMode):
-    """Peak bytes of tensor storage created while active (forward and backward ops alike).
-
-    Exact for tensors, unlike the process RSS, which allocator arenas and library pages dominate.
-    """
-
-    def __init__(self):
-        super().__init__()
-        self.live: dict[int, int] = {}
-        self.peak = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
-                storage = t.untyped_storage()
-                key = storage.data_ptr()
-                if key and key not in self.live:
-                    self.live[key] = storage.nbytes()
-                    weakref.finalize(storage, self.live.pop, key, None)
-        self.peak = max(self.peak, sum(self.live.values()))
-        return out
-
-
-def peak_extra_bytes(name: str, n: int, v: int, device: str) -> int:
-    """Bytes one forward+backward allocates beyond the inputs, at its peak."""
+def peak_buffers(name: str, n: int, v: int, device: str) -> int:
+    """Bytes one forward+backward allocates beyond the logits, at its peak."""
     logits, target = make_inputs(n, v, device)
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        step(name, logits, target)
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - base
-    with PeakTensorMemory() as tracker:
-        step(name, logits, target)
-    return tracker.peak
+    return peak_extra_bytes(lambda: step(name, logits, target), device)
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -145,7 +95,7 @@ def main() -> None:
         times = time_all(n, v, args.device, args.repeats)
         buffer = n * v * 4
         for name in LOSSES:
-            extra = peak_extra_bytes(name, n, v, args.device)
+            extra = peak_buffers(name, n, v, args.device)
             rows.append({"case": f"N={n} V={v}", "loss": name, "ms": times[name] * 1e3,
                          "time_ratio": times[name] / times["cross_entropy"], "extra_buffers": extra / buffer})
             r = rows[-1]

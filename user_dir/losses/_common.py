@@ -91,15 +91,14 @@ def check_multilabel(logits: Tensor, labels: Tensor, reduction: str) -> Tensor:
     return labels
 
 
-def softmax_(z: Tensor) -> tuple[Tensor, Tensor]:
-    """The softmax of each row of ``z``, written over ``z``, and the rows' logsumexp ``(B, 1)``.
+def exp_shifted_(z: Tensor) -> tuple[Tensor, Tensor]:
+    """Overwrite each row of ``z`` with ``exp(z - max z)``; return the row maxima and the rows' sums of
+    the result, both ``(B, 1)`` (logsumexp = max + log sum; softmax = z / sum).
 
     In place and without a temporary the size of ``z``: the block loops call it on large blocks.
     """
     top = z.amax(dim=-1, keepdim=True)
-    p = z.sub_(top).exp_()
-    total = p.sum(dim=-1, keepdim=True)
-    return p.div_(total), top + total.log()
+    return top, z.sub_(top).exp_().sum(dim=-1, keepdim=True)
 
 
 def row_weights(valid: Tensor, reduction: str, dtype: torch.dtype) -> Tensor:

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ._common import LossResult, check_range, chunk_rows, compute_dtype, prepare_rows, row_weights, softmax_
+from ._common import LossResult, check_range, chunk_rows, compute_dtype, exp_shifted_, prepare_rows, row_weights
 
 
 class ASChunk(NamedTuple):
@@ -29,29 +29,33 @@ class ASChunk(NamedTuple):
     nll: Tensor  # plain softmax cross-entropy of the same logits
     masked: Tensor  # bool: the target is the only kept class (loss and gradient 0)
     kept: Tensor  # how many classes each row keeps (V: every class, a dense gradient)
+    dropped: Tensor  # (B, V) bool: the classes the loss leaves out
     grad: Tensor | None  # (B, V) unweighted gradient w.r.t. the logits, in the logits' buffer
 
 
 def as_softmax_chunk(z: Tensor, target: Tensor, delta: float, want_grad: bool) -> ASChunk:
     """Score logits ``z (B, V)`` (float32/64, overwritten) against ``target (B,)``; works in ``z``'s buffer.
 
-    Class i is kept when ``p_i >= p_t - δ`` (``p_t - p_i > δ`` drops it), ``p_t - δ`` taken once per row.
+    With ``e = exp(z - max z)`` and ``Σe`` its row sum, class i is dropped when ``e_i < e_t - δ·Σe``
+    (``p_t - p_i > δ``), the loss is ``log Σ_kept e - log e_t`` and its gradient ``e/Σ_kept e - onehot(t)``
+    on the kept classes: the probabilities are never normalised, which saves a pass over the block.
     """
     t = target[:, None]
     z_t = z.gather(1, t)
-    p, lse = softmax_(z)
-    log_p_t = z_t - lse
-    keep = p.ge(p.gather(1, t) - delta)
-    kept = keep.sum(dim=-1)
-    kept_mass = p.mul_(keep).sum(dim=-1, keepdim=True)
+    top, total = exp_shifted_(z)
+    e = z
+    dropped = e.lt(e.gather(1, t) - delta * total)
+    kept = z.shape[1] - torch.count_nonzero(dropped, dim=-1)
+    kept_mass = e.masked_fill_(dropped, 0.0).sum(dim=-1, keepdim=True)
     masked = kept == 1
-    # A masked row's loss is exactly 0 (log S - log p_t would leave rounding noise).
-    loss = torch.where(masked, 0.0, (kept_mass.log() - log_p_t).squeeze(1))
+    log_e_t = z_t - top
+    # A masked row's loss is exactly 0 (log Σ_kept e - log e_t would leave rounding noise).
+    loss = torch.where(masked, 0.0, (kept_mass.log() - log_e_t).squeeze(1))
     grad = None
     if want_grad:
-        grad = p.div_(kept_mass)
-        grad.scatter_add_(1, t, torch.full_like(log_p_t, -1.0))
-    return ASChunk(loss, -log_p_t.squeeze(1), masked, kept, grad)
+        grad = e.div_(kept_mass)
+        grad.scatter_add_(1, t, torch.full_like(z_t, -1.0))
+    return ASChunk(loss, (total.log() - log_e_t).squeeze(1), masked, kept, dropped, grad)
 
 
 def as_softmax_rows(logits: Tensor, target: Tensor, weight: Tensor, delta: float, want_grad: bool):

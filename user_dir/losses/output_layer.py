@@ -49,29 +49,33 @@ class _Spec(NamedTuple):
 class _Scores(NamedTuple):
     """What one pass over the counted rows gives; the gradients are None when not asked for."""
 
-    loss: Tensor  # (n,) unweighted row losses
+    loss: Tensor  # (n,) unweighted losses of the counted rows
     nll: Tensor  # (n,) plain softmax cross-entropy
     masked: Tensor  # (n,) bool
     dense: Tensor  # (n,) bool: the gradient w.r.t. the row's logits is non-zero on every class
-    grad_hidden: Tensor | None  # (n, H), in the compute dtype
+    grad_hidden: Tensor | None  # (N, H) for every row of hidden (0 on the others), in the compute dtype
     grad_weight: Tensor | None  # (V, H)
     grad_bias: Tensor | None  # (V,)
 
 
 class _Gradients:
-    """Accumulates the gradients of the weighted loss w.r.t. the counted rows of h, W and b."""
+    """Accumulates the gradients of the weighted loss w.r.t. h, W and b, block by block."""
+
+    #: Entries of a sparse logit gradient handled at once: each takes a weight row and a feature row.
+    SPARSE_ENTRIES = 2048
 
     def __init__(self, hidden: Tensor, weight: Tensor, bias: Tensor | None, dtype: torch.dtype):
-        self.hidden, self.weight, self.dtype = hidden, weight, dtype
+        self.weight, self.dtype = weight, dtype
         self.grad_hidden = torch.zeros(hidden.shape, dtype=dtype, device=hidden.device)
         self.grad_weight = torch.zeros(weight.shape, dtype=dtype, device=weight.device)
         self.grad_bias = None if bias is None else torch.zeros(weight.shape[0], dtype=dtype, device=weight.device)
 
-    def dense(self, rows: slice | Tensor, grad: Tensor) -> None:
-        """Rows whose logit gradient ``grad (B, V)`` is dense: two matrix products, in the weight's dtype
-        (as autograd through ``F.linear`` would do them), accumulated in the compute dtype."""
-        h, g = self.hidden[rows], grad.to(self.weight.dtype)
-        self.grad_hidden[rows] = (g @ self.weight).to(self.dtype)
+    def dense(self, rows: Tensor, h: Tensor, grad: Tensor) -> None:
+        """Rows ``rows`` of hidden, ``h (B, H)``, whose logit gradient ``grad (B, V)`` is dense: two matrix
+        products, in the weight's dtype (as autograd through ``F.linear`` does them), summed in the
+        compute dtype."""
+        g = grad.to(self.weight.dtype)
+        self.grad_hidden.index_copy_(0, rows, (g @ self.weight).to(self.dtype))
         if g.dtype == self.dtype:
             self.grad_weight.addmm_(g.t(), h)  # in place: no V×H temporary per block
         else:
@@ -79,22 +83,23 @@ class _Gradients:
         if self.grad_bias is not None:
             self.grad_bias.add_(grad.sum(dim=0))
 
-    def sparse(self, rows: Tensor, classes: Tensor, grad: Tensor) -> None:
-        """Single entries ``grad`` of the logit gradient at (``rows``, ``classes``), all 1-D: each takes one
-        weight row and one feature row; repeated (row, class) pairs add up."""
-        w = self.weight.index_select(0, classes).to(self.dtype)
-        h = self.hidden.index_select(0, rows).to(self.dtype)
-        self.grad_hidden.index_add_(0, rows, grad[:, None] * w)
-        self.grad_weight.index_add_(0, classes, grad[:, None] * h)
-        if self.grad_bias is not None:
-            self.grad_bias.index_add_(0, classes, grad)
+    def sparse(self, rows: Tensor, h: Tensor, entry_rows: Tensor, classes: Tensor, grad: Tensor) -> None:
+        """Single entries ``grad`` of the logit gradient of the rows ``rows`` (features ``h (B, H)``), at
+        (``entry_rows`` into them, ``classes``), all 1-D; repeated (row, class) pairs add up."""
+        for start in range(0, grad.numel(), self.SPARSE_ENTRIES):
+            part = slice(start, start + self.SPARSE_ENTRIES)
+            r, c, g = entry_rows[part], classes[part], grad[part, None]
+            self.grad_hidden.index_add_(0, rows[r], g * self.weight.index_select(0, c).to(self.dtype))
+            self.grad_weight.index_add_(0, c, g * h.index_select(0, r).to(self.dtype))
+            if self.grad_bias is not None:
+                self.grad_bias.index_add_(0, c, grad[part])
 
 
-def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor, row_weight: Tensor | None,
-                spec: _Spec) -> _Scores:
-    """Score the counted rows ``hidden (n, H)`` block by block; with ``row_weight`` also compute the
+def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, target: Tensor,
+                row_weight: Tensor | None, spec: _Spec) -> _Scores:
+    """Score the counted ``rows`` of ``hidden (N, H)`` block by block; with ``row_weight`` also compute the
     gradients of ``Σ row_weight · loss``."""
-    n, v = hidden.shape[0], weight.shape[0]
+    n, v = rows.numel(), weight.shape[0]
     dtype = compute_dtype(hidden)
     loss = torch.empty(n, dtype=dtype, device=hidden.device)
     nll = torch.empty_like(loss)
@@ -105,28 +110,29 @@ def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, target: Ten
     buffer = torch.empty(min(step, n), v, dtype=dtype, device=hidden.device)  # one block's logits, reused
     for start in range(0, n, step):
         block = slice(start, min(n, start + step))
-        z = _logits(hidden[block], weight, bias, buffer[: block.stop - start])
-        t, want = target[block], grads is not None
+        ids, t = rows[block], target[block]
+        h = hidden.index_select(0, ids)
+        z = _logits(h, weight, bias, buffer[: ids.numel()])
         if spec.loss == "cross_entropy":
-            scored = softmax_chunk(z, t, spec.label_smoothing, want)
+            scored = softmax_chunk(z, t, spec.label_smoothing, grads is not None)
             dense[block] = True
         elif spec.loss == "sparse_softmax":
-            scored = sparse_softmax_chunk(z, t, spec.k, spec.label_smoothing, want)
+            scored = sparse_softmax_chunk(z, t, spec.k, spec.label_smoothing, grads is not None)
             dense[block] = spec.k == v
         else:
-            scored = as_softmax_chunk(z, t, spec.delta, want)
+            scored = as_softmax_chunk(z, t, spec.delta, grads is not None)
             masked[block], dense[block] = scored.masked, scored.kept == v
         loss[block], nll[block] = scored.loss, scored.nll
         if grads is None:
             continue
-        w = row_weight[block, None]
+        grad = scored.grad.mul_(row_weight[block, None])
         if spec.loss == "cross_entropy":
-            grads.dense(block, scored.grad.mul_(w))
+            grads.dense(ids, h, grad)
         elif spec.loss == "sparse_softmax":
-            rows = torch.arange(start, block.stop, device=z.device).repeat_interleave(spec.k + 1)
-            grads.sparse(rows, scored.classes.flatten(), scored.grad.mul_(w).flatten())
+            entry_rows = torch.arange(ids.numel(), device=ids.device).repeat_interleave(spec.k + 1)
+            grads.sparse(ids, h, entry_rows, scored.classes.flatten(), grad.flatten())
         else:
-            _as_gradients(grads, start, scored.grad.mul_(w), scored.kept, scored.masked, v)
+            _as_gradients(grads, ids, h, grad, scored)
     if grads is None:
         return _Scores(loss, nll, masked, dense, None, None, None)
     return _Scores(loss, nll, masked, dense, grads.grad_hidden, grads.grad_weight, grads.grad_bias)
@@ -142,35 +148,34 @@ def _logits(hidden: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) ->
     return torch.addmm(bias, hidden, weight.t(), out=out)
 
 
-def _as_gradients(grads: _Gradients, start: int, grad: Tensor, kept: Tensor, masked: Tensor, v: int) -> None:
+def _as_gradients(grads: _Gradients, ids: Tensor, h: Tensor, grad: Tensor, scored) -> None:
     """An AS block's gradients: masked rows have none, rows keeping many classes take the dense
     products, the others only their kept classes."""
-    wide = kept > v * _DENSE_SHARE
+    wide = scored.kept > grad.shape[1] * _DENSE_SHARE
     if bool(wide.all()):
-        grads.dense(slice(start, start + grad.shape[0]), grad)
+        grads.dense(ids, h, grad)
         return
-    rows = wide.nonzero().squeeze(1)
-    if rows.numel():
-        grads.dense(rows + start, grad[rows])
-    rows = (~wide & ~masked).nonzero().squeeze(1)
-    if rows.numel():
-        narrow = grad[rows]
-        row, cls = narrow.nonzero(as_tuple=True)
-        grads.sparse(rows[row] + start, cls, narrow[row, cls])
+    local = wide.nonzero().squeeze(1)
+    if local.numel():
+        grads.dense(ids[local], h[local], grad[local])
+    local = (~wide & ~scored.masked).nonzero().squeeze(1)
+    if local.numel():
+        entry, classes = (~scored.dropped[local]).nonzero(as_tuple=True)
+        row = local[entry]
+        grads.sparse(ids, h, row, classes, grad[row, classes])
 
 
 class _FusedOutputLayer(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, rows, target, row_weight, spec: _Spec, per_row: bool):
         """(weighted loss, weighted row nll, masked, dense) of the counted ``rows`` of ``hidden``."""
-        counted = hidden.index_select(0, rows)
         want = any(ctx.needs_input_grad[:3]) and not per_row
-        scores = _score_rows(counted, weight, bias, target, row_weight if want else None, spec)
-        ctx.spec, ctx.per_row, ctx.shape, ctx.dtypes = spec, per_row, hidden.shape, (hidden.dtype, weight.dtype)
+        scores = _score_rows(hidden, weight, bias, rows, target, row_weight if want else None, spec)
+        ctx.spec, ctx.per_row, ctx.dtypes = spec, per_row, (hidden.dtype, weight.dtype)
         if per_row:  # backward needs each row's weight first: it scores the rows again
             ctx.save_for_backward(hidden, weight, bias, rows, target, row_weight)
         else:
-            ctx.save_for_backward(rows, scores.grad_hidden, scores.grad_weight, scores.grad_bias)
+            ctx.save_for_backward(scores.grad_hidden, scores.grad_weight, scores.grad_bias)
         loss = scores.loss * row_weight
         if per_row:
             loss = torch.zeros(hidden.shape[0], dtype=loss.dtype, device=loss.device).index_copy_(0, rows, loss)
@@ -182,19 +187,19 @@ class _FusedOutputLayer(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor, *_unused):
         if ctx.per_row:
             hidden, weight, bias, rows, target, row_weight = ctx.saved_tensors
-            counted = hidden.index_select(0, rows)
             scale = row_weight * grad_loss.index_select(0, rows).to(row_weight.dtype)
-            scores = _score_rows(counted, weight, bias, target, scale, ctx.spec)
+            scores = _score_rows(hidden, weight, bias, rows, target, scale, ctx.spec)
             grad_h, grad_w, grad_b = scores.grad_hidden, scores.grad_weight, scores.grad_bias
         else:
-            rows, grad_h, grad_w, grad_b = ctx.saved_tensors
+            grad_h, grad_w, grad_b = ctx.saved_tensors
+            # The common case (loss.backward() on the summed loss) hands the gradients on as they are;
+            # they are never modified in place, so repeated backward passes stay correct.
             if not (grad_loss.numel() == 1 and float(grad_loss) == 1.0):
                 scale = grad_loss.to(grad_w.dtype)
                 grad_h, grad_w = grad_h * scale, grad_w * scale
                 grad_b = None if grad_b is None else grad_b * scale
         hidden_dtype, weight_dtype = ctx.dtypes
-        grad_hidden = grad_h.new_zeros(ctx.shape).index_copy_(0, rows, grad_h).to(hidden_dtype)
-        return (grad_hidden, grad_w.to(weight_dtype), None if grad_b is None else grad_b.to(weight_dtype),
+        return (grad_h.to(hidden_dtype), grad_w.to(weight_dtype), None if grad_b is None else grad_b.to(weight_dtype),
                 None, None, None, None, None)
 
 

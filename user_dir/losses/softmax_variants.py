@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._common import check_range, compute_dtype, prepare_rows, reduce_rows, softmax_
+from ._common import check_range, compute_dtype, exp_shifted_, prepare_rows, reduce_rows
 
 
 def _ce_rows(z: Tensor, target: Tensor, label_smoothing: float = 0.0) -> Tensor:
@@ -97,11 +97,13 @@ def softmax_chunk(z: Tensor, target: Tensor, label_smoothing: float, want_grad: 
     t = target[:, None]
     z_t = z.gather(1, t)
     mean = z.mean(dim=-1) if label_smoothing > 0 else None
-    p, lse = softmax_(z)
+    top, total = exp_shifted_(z)
+    lse = top + total.log()
     nll = (lse - z_t).squeeze(1)
     loss = nll if mean is None else (1.0 - label_smoothing) * nll + label_smoothing * (lse.squeeze(1) - mean)
     if not want_grad:
         return SoftmaxChunk(loss, nll, None)
+    p = z.div_(total)
     if label_smoothing > 0:
         p.sub_(label_smoothing / z.shape[1])
     p.scatter_add_(1, t, torch.full_like(z_t, label_smoothing - 1.0))

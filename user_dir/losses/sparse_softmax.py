@@ -11,7 +11,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ._common import check_range, compute_dtype, prepare_rows, reduce_rows, softmax_
+from ._common import check_range, compute_dtype, exp_shifted_, prepare_rows, reduce_rows
 
 
 class SparseChunk(NamedTuple):
@@ -67,7 +67,8 @@ def sparse_softmax_chunk(z: Tensor, target: Tensor, k: int, label_smoothing: flo
     loss = (lse_k - z_t).squeeze(1)
     if label_smoothing > 0:
         loss = (1.0 - label_smoothing) * loss + label_smoothing * (lse_k.squeeze(1) - top.mean(dim=-1))
-    nll = (softmax_(z)[1] - z_t).squeeze(1)  # the full logsumexp, for the logged plain CE
+    top_z, total = exp_shifted_(z)  # the full logsumexp, for the logged plain CE
+    nll = (top_z + total.log() - z_t).squeeze(1)
     if not want_grad:
         return SparseChunk(loss, nll, None, None)
     grad = top.sub_(lse_k).exp_()

@@ -1,0 +1,79 @@
+"""What the benchmarks share: interleaved best-of timing and the peak tensor memory of a step.
+
+Timings on a shared machine swing with other work, so every benchmark takes the minimum of repeated
+runs and interleaves the variants it compares within each repeat: noise then hits them alike, and
+ratios are taken within one run.
+"""
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def best_times(steps: dict[str, Callable[[], None]], repeats: int, device: str) -> dict[str, float]:
+    """Seconds of each step: one warm-up each, then the minimum of ``repeats`` interleaved runs."""
+    for step in steps.values():
+        step()
+    best = {name: float("inf") for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            sync(device)
+            start = time.perf_counter()
+            step()
+            sync(device)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def _storages(tree) -> dict[int, torch.UntypedStorage]:
+    return {t.untyped_storage().data_ptr(): t.untyped_storage() for t in tree_flatten(tree)[0]
+            if isinstance(t, torch.Tensor)}
+
+
+class PeakTensorMemory(TorchDispatchMode):
+    """Peak bytes of tensor storage created while active (forward and backward ops alike).
+
+    Exact for tensors, unlike the process RSS, which allocator arenas and library pages dominate. An
+    op's output that shares an input's storage (a view such as ``weight.t()``, an in-place or ``out=``
+    result) allocates nothing and is not counted.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.live: dict[int, int] = {}
+        self.peak = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = _storages((args, kwargs))
+        for key, storage in _storages(out).items():
+            if key and key not in self.live and key not in inputs:
+                self.live[key] = storage.nbytes()
+                weakref.finalize(storage, self.live.pop, key, None)
+        self.peak = max(self.peak, sum(self.live.values()))
+        return out
+
+
+def peak_extra_bytes(step: Callable[[], None], device: str) -> int:
+    """Bytes ``step`` allocates beyond what exists before it, at its peak (tensors that outlive the step,
+    such as ``.grad`` buffers, included)."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        step()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    with PeakTensorMemory() as tracker:
+        step()
+    return tracker.peak
