@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from clinc150_experiment import BIN, ROOT, json_records, run
+from measure import BIN, ROOT, json_records, run
 
 SIZES = ["--encoder-layers", "2", "--encoder-embed-dim", "128", "--encoder-ffn-embed-dim", "256",
          "--encoder-attention-heads", "4"]

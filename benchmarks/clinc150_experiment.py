@@ -23,16 +23,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+from measure import BIN, ROOT, json_records, run
+
 DEFAULT_JSON = ROOT.parent / "shared" / "data" / "clinc150" / "data_full.json"
 
 TRAIN_EXAMPLES = 15_100  # CLINC150 train with oos: sentences per epoch
@@ -49,29 +47,6 @@ SETTINGS = {
     "full": {"epochs": 20, "model": ["--encoder-layers", "4", "--encoder-embed-dim", "256",
                                      "--encoder-ffn-embed-dim", "1024"]},
 }
-
-
-def run(command: list, log: Path | None = None) -> str:
-    """Run a CLI; its output goes to ``log`` (when given) and is returned. Failures show the log's tail."""
-    proc = subprocess.run([str(c) for c in command], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    output = proc.stdout + proc.stderr
-    if log is not None:
-        log.write_text(output, encoding="utf-8")
-    if proc.returncode != 0:
-        sys.exit(f"command failed ({proc.returncode}): {' '.join(map(str, command))}\n{output[-3000:]}")
-    return output
-
-
-def json_records(text: str, tag: str) -> list[dict]:
-    """fairseq's ``--log-format json`` records of one kind (train_inner, valid, ...), without the
-    ``valid_`` / ``test_`` prefix fairseq puts on the keys of validation records."""
-    out = []
-    for line in text.splitlines():
-        if f"| {tag} |" in line and "{" in line:
-            record = json.loads(line[line.index("{"):])
-            out.append({key.removeprefix(f"{tag}_"): value for key, value in record.items()})
-    return out
 
 
 def prepare(args) -> Path:

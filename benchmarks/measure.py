@@ -1,4 +1,5 @@
-"""What the benchmarks share: interleaved best-of timing and the peak tensor memory of a step.
+"""What the benchmarks share: running the fairseq tools and reading their logs, interleaved best-of
+timing, and the peak tensor memory of a step.
 
 Timings on a shared machine swing with other work, so every benchmark takes the minimum of repeated
 runs and interleaves the variants it compares within each repeat: noise then hits them alike, and
@@ -6,13 +7,45 @@ ratios are taken within one run.
 """
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 import weakref
+from pathlib import Path
 from typing import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent  # the fairseq-* tools of the interpreter running the benchmark
+
+
+def run(command: list, log: Path | None = None) -> str:
+    """Run a CLI; its output goes to ``log`` (when given) and is returned. Failures show the log's tail."""
+    proc = subprocess.run([str(c) for c in command], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    output = proc.stdout + proc.stderr
+    if log is not None:
+        log.write_text(output, encoding="utf-8")
+    if proc.returncode != 0:
+        sys.exit(f"command failed ({proc.returncode}): {' '.join(map(str, command))}\n{output[-3000:]}")
+    return output
+
+
+def json_records(text: str, tag: str) -> list[dict]:
+    """fairseq's ``--log-format json`` records of one kind (train_inner, valid, ...), without the
+    ``valid_`` / ``test_`` prefix fairseq puts on the keys of validation records."""
+    out = []
+    for line in text.splitlines():
+        if f"| {tag} |" in line and "{" in line:
+            record = json.loads(line[line.index("{"):])
+            out.append({key.removeprefix(f"{tag}_"): value for key, value in record.items()})
+    return out
 
 
 def sync(device: str) -> None:

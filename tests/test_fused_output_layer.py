@@ -36,8 +36,10 @@ def unfused(logits, target, loss, reduction, options):
 
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
-    """Blocks of a few rows, so every case crosses block boundaries (and none divides the rows)."""
+    """Blocks of a few rows (7, or as many as the features have dimensions), scored in parts of 3 rows,
+    so the cases cross block and part boundaries, and no block size divides the rows."""
     monkeypatch.setitem(_common._CHUNK_ELEMENTS, ("cpu", True), 7 * 97)
+    monkeypatch.setitem(_common._CHUNK_ELEMENTS, ("cpu", False), 3 * 97)
 
 
 def as_mix(n: int, h: int, v: int, dtype=torch.float64, seed: int = 0):

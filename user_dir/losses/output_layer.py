@@ -83,6 +83,20 @@ class _Gradients:
         if self.grad_bias is not None:
             self.grad_bias.add_(grad.sum(dim=0))
 
+    def block(self, ids: Tensor, h: Tensor, grad: Tensor, product_rows: list[Tensor],
+              entries: list[tuple[Tensor, Tensor, Tensor]]) -> None:
+        """A block's share: rows ``ids`` of hidden, their features ``h`` and logit gradient ``grad``; the
+        block's rows that take the dense products and its sparse entries (rows of the block, classes,
+        values)."""
+        if product_rows:
+            local = torch.cat(product_rows)
+            if local.numel() == ids.numel():  # every row: the block as it is
+                self.dense(ids, h, grad)
+            elif local.numel():
+                self.dense(ids[local], h[local], grad[local])
+        if entries:
+            self.sparse(ids, h, *(torch.cat(parts) for parts in zip(*entries)))
+
     def sparse(self, rows: Tensor, h: Tensor, entry_rows: Tensor, classes: Tensor, grad: Tensor) -> None:
         """Single entries ``grad`` of the logit gradient of the rows ``rows`` (features ``h (B, H)``), at
         (``entry_rows`` into them, ``classes``), all 1-D; repeated (row, class) pairs add up."""
@@ -95,10 +109,58 @@ class _Gradients:
                 self.grad_bias.index_add_(0, c, grad[part])
 
 
+class _Part(NamedTuple):
+    """A few rows of a block, scored; their logit gradient (weighted) is in the block's buffer."""
+
+    loss: Tensor
+    nll: Tensor
+    masked: Tensor
+    dense: Tensor  # bool: every class kept, the gradient is dense
+    product_rows: Tensor | None  # rows (of the part) that take the dense products
+    entries: tuple[Tensor, Tensor, Tensor] | None  # (rows of the part, classes, values) of a sparse gradient
+
+
+def _score_part(z: Tensor, target: Tensor, row_weight: Tensor | None, spec: _Spec) -> _Part:
+    """Score a part of a block with the loss's own block function; with ``row_weight``, weight its
+    gradient and say which rows take the dense products and which entries are taken one by one."""
+    b, v = z.shape
+    want = row_weight is not None
+    every, no_row = torch.ones(b, dtype=torch.bool, device=z.device), torch.zeros(b, dtype=torch.bool, device=z.device)
+    if spec.loss == "cross_entropy":
+        scored = softmax_chunk(z, target, spec.label_smoothing, want)
+        part = _Part(scored.loss, scored.nll, no_row, every, None, None)
+        if want:
+            scored.grad.mul_(row_weight[:, None])
+            part = part._replace(product_rows=torch.arange(b, device=z.device))
+        return part
+    if spec.loss == "sparse_softmax":
+        scored = sparse_softmax_chunk(z, target, spec.k, spec.label_smoothing, want)
+        part = _Part(scored.loss, scored.nll, no_row, every if spec.k == v else no_row, None, None)
+        if want:
+            rows = torch.arange(b, device=z.device).repeat_interleave(spec.k + 1)
+            values = scored.grad.mul_(row_weight[:, None]).flatten()
+            part = part._replace(entries=(rows, scored.classes.flatten(), values))
+        return part
+    scored = as_softmax_chunk(z, target, spec.delta, want)
+    part = _Part(scored.loss, scored.nll, scored.masked, scored.kept == v, None, None)
+    if not want:
+        return part
+    grad = scored.grad.mul_(row_weight[:, None])
+    wide = scored.kept > v * _DENSE_SHARE  # masked rows have no gradient, the others only their kept classes
+    narrow = (~wide & ~scored.masked).nonzero().squeeze(1)
+    entry, classes = (~scored.dropped[narrow]).nonzero(as_tuple=True)
+    rows = narrow[entry]
+    return part._replace(product_rows=wide.nonzero().squeeze(1), entries=(rows, classes, grad[rows, classes]))
+
+
 def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, target: Tensor,
                 row_weight: Tensor | None, spec: _Spec) -> _Scores:
-    """Score the counted ``rows`` of ``hidden (N, H)`` block by block; with ``row_weight`` also compute the
-    gradients of ``Σ row_weight · loss``."""
+    """Score the counted ``rows`` of ``hidden (N, H)``; with ``row_weight`` also compute the gradients of
+    ``Σ row_weight · loss``.
+
+    The logits are computed a large block of rows at a time (a product's speed needs many rows), and
+    scored in parts small enough to stay in cache through the loss's several passes over them.
+    """
     n, v = rows.numel(), weight.shape[0]
     dtype = compute_dtype(hidden)
     loss = torch.empty(n, dtype=dtype, device=hidden.device)
@@ -106,33 +168,25 @@ def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tenso
     masked = torch.zeros(n, dtype=torch.bool, device=hidden.device)
     dense = torch.zeros_like(masked)
     grads = None if row_weight is None else _Gradients(hidden, weight, bias, dtype)
-    step = chunk_rows(hidden.device, v, fused=True)
+    step = chunk_rows(hidden.device, v, fused=True, width=hidden.shape[1])
+    part_rows = chunk_rows(hidden.device, v, fused=False)
     buffer = torch.empty(min(step, n), v, dtype=dtype, device=hidden.device)  # one block's logits, reused
     for start in range(0, n, step):
-        block = slice(start, min(n, start + step))
-        ids, t = rows[block], target[block]
+        ids = rows[start:start + step]
         h = hidden.index_select(0, ids)
         z = _logits(h, weight, bias, buffer[: ids.numel()])
-        if spec.loss == "cross_entropy":
-            scored = softmax_chunk(z, t, spec.label_smoothing, grads is not None)
-            dense[block] = True
-        elif spec.loss == "sparse_softmax":
-            scored = sparse_softmax_chunk(z, t, spec.k, spec.label_smoothing, grads is not None)
-            dense[block] = spec.k == v
-        else:
-            scored = as_softmax_chunk(z, t, spec.delta, grads is not None)
-            masked[block], dense[block] = scored.masked, scored.kept == v
-        loss[block], nll[block] = scored.loss, scored.nll
-        if grads is None:
-            continue
-        grad = scored.grad.mul_(row_weight[block, None])
-        if spec.loss == "cross_entropy":
-            grads.dense(ids, h, grad)
-        elif spec.loss == "sparse_softmax":
-            entry_rows = torch.arange(ids.numel(), device=ids.device).repeat_interleave(spec.k + 1)
-            grads.sparse(ids, h, entry_rows, scored.classes.flatten(), grad.flatten())
-        else:
-            _as_gradients(grads, ids, h, grad, scored)
+        product_rows, entries = [], []
+        for first in range(0, ids.numel(), part_rows):
+            local = slice(first, first + part_rows)
+            done = slice(start + first, start + first + z[local].shape[0])
+            part = _score_part(z[local], target[done], None if grads is None else row_weight[done], spec)
+            loss[done], nll[done], masked[done], dense[done] = part.loss, part.nll, part.masked, part.dense
+            if part.product_rows is not None:
+                product_rows.append(part.product_rows + first)
+            if part.entries is not None:
+                entries.append((part.entries[0] + first, *part.entries[1:]))
+        if grads is not None:
+            grads.block(ids, h, z, product_rows, entries)
     if grads is None:
         return _Scores(loss, nll, masked, dense, None, None, None)
     return _Scores(loss, nll, masked, dense, grads.grad_hidden, grads.grad_weight, grads.grad_bias)
@@ -146,23 +200,6 @@ def _logits(hidden: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) ->
     if bias is None:
         return torch.mm(hidden, weight.t(), out=out)
     return torch.addmm(bias, hidden, weight.t(), out=out)
-
-
-def _as_gradients(grads: _Gradients, ids: Tensor, h: Tensor, grad: Tensor, scored) -> None:
-    """An AS block's gradients: masked rows have none, rows keeping many classes take the dense
-    products, the others only their kept classes."""
-    wide = scored.kept > grad.shape[1] * _DENSE_SHARE
-    if bool(wide.all()):
-        grads.dense(ids, h, grad)
-        return
-    local = wide.nonzero().squeeze(1)
-    if local.numel():
-        grads.dense(ids[local], h[local], grad[local])
-    local = (~wide & ~scored.masked).nonzero().squeeze(1)
-    if local.numel():
-        entry, classes = (~scored.dropped[local]).nonzero(as_tuple=True)
-        row = local[entry]
-        grads.sparse(ids, h, row, classes, grad[row, classes])
 
 
 class _FusedOutputLayer(torch.autograd.Function):
@@ -208,7 +245,8 @@ def _check_layer(hidden: Tensor, weight: Tensor, bias: Tensor | None) -> None:
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(f"hidden must be (N, H) and weight (V, H), got {shapes}")
     if not hidden.is_floating_point() or hidden.dtype != weight.dtype:
-        raise ValueError(f"hidden and weight must share one floating-point dtype, got {hidden.dtype} and {weight.dtype}")
+        raise ValueError(f"hidden and weight must share one floating-point dtype, got {hidden.dtype} and "
+                         f"{weight.dtype}")
     if bias is not None and (bias.shape != weight.shape[:1] or bias.dtype != weight.dtype):
         raise ValueError(f"bias must be ({weight.shape[0]},) of dtype {weight.dtype}, "
                          f"got {tuple(bias.shape)} of {bias.dtype}")

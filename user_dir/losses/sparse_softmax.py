@@ -67,7 +67,7 @@ def sparse_softmax_chunk(z: Tensor, target: Tensor, k: int, label_smoothing: flo
     loss = (lse_k - z_t).squeeze(1)
     if label_smoothing > 0:
         loss = (1.0 - label_smoothing) * loss + label_smoothing * (lse_k.squeeze(1) - top.mean(dim=-1))
-    top_z, total = exp_shifted_(z)  # the full logsumexp, for the logged plain CE
+    top_z, total = exp_shifted_(z, top.amax(dim=-1, keepdim=True))  # full logsumexp, for the logged plain CE
     nll = (top_z + total.log() - z_t).squeeze(1)
     if not want_grad:
         return SparseChunk(loss, nll, None, None)

@@ -1,0 +1,141 @@
+#!/usr/bin/env python
+"""End-to-end training speed through ``fairseq-train``: words per second of each criterion, with and
+without ``--fused-output-layer``, against ``--criterion cross_entropy`` in the same run.
+
+A synthetic corpus (``data-prep/make_toy_data.py``) with a ``--vocab``-word vocabulary (32k by default,
+a sentencepiece-sized output layer) is binarised once; every run trains the same transformer on the
+same batches with the same seed for ``--updates`` updates, and its speed is the median of fairseq's
+``wps`` over its ``train_inner`` records after the first (which includes start-up). The runs are
+interleaved in a shuffled order per repeat, and the table gives the median over repeats.
+
+The sparse losses pay off in the output layer's backward; how much of a model's work that layer is
+depends on its size: about half for 2+2 layers × 256 with 32k words, far less for 6+6 × 512. AS-Softmax
+starts dense (an untrained model's target probability is below δ on every row), so a short run from
+scratch shows its cost at the start of training, not the speed-up that comes as rows get masked;
+the logged ``dense_ratio`` says how many rows were dense.
+
+    python benchmarks/train_speed.py                        # both models, ~40 minutes on 2 CPU cores
+    python benchmarks/train_speed.py --models small --repeats 3
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+from pathlib import Path
+
+from measure import BIN, ROOT, json_records, run
+
+MODELS = {
+    "small": ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "256", "--decoder-embed-dim",
+              "256", "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024",
+              "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"],
+    "large": ["--encoder-layers", "6", "--decoder-layers", "6", "--encoder-embed-dim", "512", "--decoder-embed-dim",
+              "512", "--encoder-ffn-embed-dim", "2048", "--decoder-ffn-embed-dim", "2048",
+              "--encoder-attention-heads", "8", "--decoder-attention-heads", "8"],
+}
+MODEL_NAMES = {"small": "2+2 layers × 256", "large": "6+6 layers × 512"}
+CRITERIA = {
+    "cross_entropy": ["--criterion", "cross_entropy"],
+    "softmax, fused": ["--criterion", "softmax", "--fused-output-layer"],
+    "sparse_softmax": ["--criterion", "sparse_softmax", "--sparse-topk", "10"],
+    "sparse_softmax, fused": ["--criterion", "sparse_softmax", "--sparse-topk", "10", "--fused-output-layer"],
+    "as_softmax": ["--criterion", "as_softmax", "--as-delta", "0.3"],
+    "as_softmax, fused": ["--criterion", "as_softmax", "--as-delta", "0.3", "--fused-output-layer"],
+}
+BASELINE = "cross_entropy"
+
+
+def prepare(work: Path, vocab: int, pairs: int) -> Path:
+    data = work / f"data-{vocab}"
+    if not (data / "dict.src.txt").exists():
+        raw = work / f"raw-{vocab}"
+        run([sys.executable, ROOT / "data-prep" / "make_toy_data.py", raw, "--train", pairs, "--valid", 100,
+             "--test", 100, "--content-words", vocab])
+        run([BIN / "fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt", "--joined-dictionary",
+             "--workers", 2, "--trainpref", raw / "train", "--validpref", raw / "valid", "--testpref", raw / "test",
+             "--destdir", data])
+    return data
+
+
+def words_per_second(data: Path, model: str, criterion: str, args) -> tuple[float, str]:
+    """Median wps after the first logged interval, and the AS runs' mean dense ratio."""
+    output = run([BIN / "fairseq-train", data, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq", "--cpu",
+                  "--arch", "transformer", *MODELS[model], "--share-all-embeddings", *CRITERIA[criterion],
+                  "--optimizer", "adam", "--lr", "0.0005", "--max-tokens", args.max_tokens,
+                  "--max-update", args.updates, "--disable-validation", "--no-save", "--num-workers", "0",
+                  "--log-format", "json", "--log-interval", args.log_interval, "--seed", 1])
+    records = json_records(output, "train_inner")[1:]
+    dense = [float(r["dense_ratio"]) for r in records if "dense_ratio" in r]
+    return statistics.median(float(r["wps"]) for r in records), f"{statistics.mean(dense):.2f}" if dense else ""
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.8 / len(CRITERIA)
+    for i, criterion in enumerate(CRITERIA):
+        ratios = [next(r["ratio"] for r in rows if r["model"] == m and r["criterion"] == criterion) for m in models]
+        ax.bar([j + i * width for j in range(len(models))], ratios, width, label=criterion)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(models))], models)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_ylabel("fairseq-train words/s ÷ cross_entropy")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="small,large", help="comma-separated, of: " + ", ".join(MODELS))
+    parser.add_argument("--vocab", type=int, default=32000, help="content words of the synthetic corpus")
+    parser.add_argument("--pairs", type=int, default=60000, help="training pairs of the synthetic corpus")
+    parser.add_argument("--updates", type=int, default=25)
+    parser.add_argument("--log-interval", type=int, default=5)
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--work", type=Path, default=ROOT / "work-dirs" / "train_speed")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "train_speed",
+                        help="writes OUT.md (table) and OUT.png (plot)")
+    args = parser.parse_args(argv)
+    data = prepare(args.work, args.vocab, args.pairs)
+    symbols = sum(1 for _ in open(data / "dict.tgt.txt", encoding="utf-8"))
+    rows = []
+    for model in args.models.split(","):
+        speeds: dict[str, list[float]] = {name: [] for name in CRITERIA}
+        dense: dict[str, str] = {}
+        order = list(CRITERIA)
+        for repeat in range(args.repeats):
+            random.Random(repeat).shuffle(order)
+            for criterion in order:
+                wps, dense[criterion] = words_per_second(data, model, criterion, args)
+                speeds[criterion].append(wps)
+                print(f"{MODEL_NAMES[model]:>18} {criterion:>22}: {wps:8.0f} words/s", flush=True)
+        base = statistics.median(speeds[BASELINE])
+        for criterion, values in speeds.items():
+            rows.append({"model": MODEL_NAMES[model], "criterion": criterion, "wps": statistics.median(values),
+                         "ratio": statistics.median(values) / base, "dense": dense[criterion]})
+    command = "python benchmarks/train_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    lines = [f"`{command.strip()}`", "",
+             f"{args.vocab} content words ({symbols} dictionary symbols), transformer with shared embeddings, "
+             f"--max-tokens {args.max_tokens}, {args.updates} updates per run, median of {args.repeats} "
+             "interleaved repeat(s); CPU.", "",
+             "| model | criterion | words/s | × cross_entropy | AS dense rows |", "|---|---|---:|---:|---:|"]
+    lines += [f"| {r['model']} | {r['criterion']} | {r['wps']:.0f} | {r['ratio']:.2f} | {r['dense']} |" for r in rows]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    plot(rows, args.out.with_suffix(".png"))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
