@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from measure import best_times, peak_extra_bytes
+from measure import best_times, device_name, grouped_bars, peak_extra_bytes, pyplot, write_results
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from user_dir.losses import as_softmax_loss, sparse_softmax_loss  # noqa: E402
@@ -56,26 +56,9 @@ def peak_buffers(name: str, n: int, v: int, device: str) -> int:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    import logging
-
-    import matplotlib
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cases = sorted({r["case"] for r in rows}, key=lambda c: [r["case"] for r in rows].index(c))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    width = 0.8 / len(LOSSES)
-    for i, name in enumerate(LOSSES):
-        sel = [next(r for r in rows if r["case"] == c and r["loss"] == name) for c in cases]
-        xs = [j + i * width for j in range(len(cases))]
-        axes[0].bar(xs, [r["time_ratio"] for r in sel], width, label=name)
-        axes[1].bar(xs, [r["extra_buffers"] for r in sel], width, label=name)
-    for ax, title in zip(axes, ["fwd+bwd time / cross_entropy", "peak extra memory (N×V fp32 buffers)"]):
-        ax.set_xticks([j + width for j in range(len(cases))], cases)
-        ax.set_title(title)
-    axes[0].axhline(1.0, color="grey", lw=0.8, ls="--")
+    fig, axes = pyplot().subplots(1, 2, figsize=(10, 3.8))
+    grouped_bars(axes[0], rows, "case", "loss", "time_ratio", "fwd+bwd time / cross_entropy")
+    grouped_bars(axes[1], rows, "case", "loss", "extra_buffers", "peak extra memory (N×V fp32 buffers)", None)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -101,16 +84,12 @@ def main() -> None:
             r = rows[-1]
             print(f"{r['case']:>16} {name:>22}: {r['ms']:8.1f} ms  {r['time_ratio']:5.2f}x CE  "
                   f"peak +{r['extra_buffers']:.2f} N×V", flush=True)
-    device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    device = device_name(args.device)
     lines = [f"Device: {device}; torch {torch.__version__}; min of {args.repeats} fwd+bwd runs.", "",
              "| case | loss | time (ms) | time / CE | peak extra memory (N×V fp32 buffers) |",
              "|---|---|---:|---:|---:|"]
     lines += [f"| {r['case']} | {r['loss']} | {r['ms']:.1f} | {r['time_ratio']:.2f} | {r['extra_buffers']:.2f} |" for r in rows]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    plot(rows, args.out.with_suffix(".png"))
-    print("\n".join(lines))
-    print(f"wrote {args.out.with_suffix('.md')} and {args.out.with_suffix('.png')}")
+    write_results(args.out, lines, lambda path: plot(rows, path))
 
 
 if __name__ == "__main__":

@@ -48,6 +48,48 @@ def json_records(text: str, tag: str) -> list[dict]:
     return out
 
 
+def device_name(device: str) -> str:
+    return torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+
+
+def pyplot():
+    """matplotlib's pyplot for PNG files: no display, and none of the DEBUG lines matplotlib logs once
+    fairseq has set the root logger to DEBUG."""
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def grouped_bars(ax, rows: list[dict], group: str, series: str, value: str, title: str,
+                 baseline: float | None = 1.0) -> None:
+    """One bar per row: ``rows[value]``, grouped on the x axis by ``rows[group]`` and coloured by
+    ``rows[series]``, both in order of first appearance; a dashed line at ``baseline`` (None: none)."""
+    groups, names = list(dict.fromkeys(r[group] for r in rows)), list(dict.fromkeys(r[series] for r in rows))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        values = [next(r[value] for r in rows if r[group] == g and r[series] == name) for g in groups]
+        ax.bar([j + i * width for j in range(len(groups))], values, width, label=name)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))], groups, fontsize=8)
+    if baseline is not None:
+        ax.axhline(baseline, color="grey", lw=0.8, ls="--")
+    ax.set_title(title)
+
+
+def write_results(out: Path, lines: list[str], plot: Callable[[Path], None]) -> None:
+    """The table to ``out.md`` and the plot to ``out.png``; the table is printed too."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    plot(out.with_suffix(".png"))
+    print("\n".join(lines))
+    print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.png')}")
+
+
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from measure import best_times, peak_extra_bytes
+from measure import best_times, device_name, grouped_bars, peak_extra_bytes, pyplot, write_results
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from user_dir.losses import as_softmax, fused_output_loss, sparse_softmax_loss  # noqa: E402
@@ -86,27 +86,9 @@ def shares(inputs) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    import logging
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cases = list(dict.fromkeys(r["case"] for r in rows))
-    names = list(dict.fromkeys(r["variant"] for r in rows))
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
-    width = 0.8 / len(names)
-    for i, name in enumerate(names):
-        sel = [next(r for r in rows if r["case"] == c and r["variant"] == name) for c in cases]
-        xs = [j + i * width for j in range(len(cases))]
-        axes[0].bar(xs, [r["time_ratio"] for r in sel], width, label=name)
-        axes[1].bar(xs, [r["memory_ratio"] for r in sel], width, label=name)
-    for ax, title in zip(axes, ["forward + backward time ÷ baseline", "peak memory beyond the inputs ÷ baseline"]):
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))], cases, fontsize=8)
-        ax.set_title(title)
-        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    fig, axes = pyplot().subplots(1, 2, figsize=(13, 5.5))
+    grouped_bars(axes[0], rows, "case", "variant", "time_ratio", "forward + backward time ÷ baseline")
+    grouped_bars(axes[1], rows, "case", "variant", "memory_ratio", "peak memory beyond the inputs ÷ baseline")
     axes[0].legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -137,18 +119,14 @@ def main() -> None:
             r = rows[-1]
             print(f"{r['case']:>24} {name:>44}: {r['ms']:9.1f} ms {r['time_ratio']:5.2f}x  "
                   f"{r['mb']:8.1f} MB {r['memory_ratio']:5.2f}x  {r['shares']}", flush=True)
-    device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    device = device_name(args.device)
     lines = [f"Device: {device}; torch {torch.__version__}; {args.dtype}; min of {args.repeats} interleaved "
              "forward+backward runs.", "",
              "| case | variant | time (ms) | time ÷ baseline | peak extra memory (MB) | memory ÷ baseline "
              "| AS rows dense / masked |", "|---|---|---:|---:|---:|---:|---|"]
     lines += [f"| {r['case']} | {r['variant']} | {r['ms']:.1f} | {r['time_ratio']:.2f} | {r['mb']:.1f} | "
               f"{r['memory_ratio']:.3f} | {r['shares']} |" for r in rows]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    plot(rows, args.out.with_suffix(".png"))
-    print("\n".join(lines))
-    print(f"wrote {args.out.with_suffix('.md')} and {args.out.with_suffix('.png')}")
+    write_results(args.out, lines, lambda path: plot(rows, path))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from measure import BIN, ROOT, json_records, run
+from measure import BIN, ROOT, grouped_bars, json_records, pyplot, run, write_results
 
 MODELS = {
     "small": ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "256", "--decoder-embed-dim",
@@ -72,23 +72,8 @@ def words_per_second(data: Path, model: str, criterion: str, args) -> tuple[floa
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    import logging
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    models = list(dict.fromkeys(r["model"] for r in rows))
-    fig, ax = plt.subplots(figsize=(9, 4))
-    width = 0.8 / len(CRITERIA)
-    for i, criterion in enumerate(CRITERIA):
-        ratios = [next(r["ratio"] for r in rows if r["model"] == m and r["criterion"] == criterion) for m in models]
-        ax.bar([j + i * width for j in range(len(models))], ratios, width, label=criterion)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(models))], models)
-    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set_ylabel("fairseq-train words/s ÷ cross_entropy")
+    fig, ax = pyplot().subplots(figsize=(9, 4))
+    grouped_bars(ax, rows, "model", "criterion", "ratio", "fairseq-train words/s ÷ cross_entropy")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -131,10 +116,7 @@ def main(argv: list[str] | None = None) -> None:
              "interleaved repeat(s); CPU.", "",
              "| model | criterion | words/s | × cross_entropy | AS dense rows |", "|---|---|---:|---:|---:|"]
     lines += [f"| {r['model']} | {r['criterion']} | {r['wps']:.0f} | {r['ratio']:.2f} | {r['dense']} |" for r in rows]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    plot(rows, args.out.with_suffix(".png"))
-    print("\n".join(lines))
+    write_results(args.out, lines, lambda path: plot(rows, path))
 
 
 if __name__ == "__main__":
