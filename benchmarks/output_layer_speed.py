@@ -86,11 +86,11 @@ def shares(inputs) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    fig, axes = pyplot().subplots(1, 2, figsize=(13, 5.5))
+    fig, axes = pyplot().subplots(1, 2, figsize=(13, 6.5))
     grouped_bars(axes[0], rows, "case", "variant", "time_ratio", "forward + backward time ÷ baseline")
     grouped_bars(axes[1], rows, "case", "variant", "memory_ratio", "peak memory beyond the inputs ÷ baseline")
-    axes[0].legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=8)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     fig.savefig(path, dpi=120)
 
 
