@@ -14,7 +14,7 @@ starts dense (an untrained model's target probability is below δ on every row),
 scratch shows its cost at the start of training, not the speed-up that comes as rows get masked;
 the logged ``dense_ratio`` says how many rows were dense.
 
-    python benchmarks/train_speed.py                        # both models, ~40 minutes on 2 CPU cores
+    python benchmarks/train_speed.py                        # both models, ~50 minutes on 2 CPU cores
     python benchmarks/train_speed.py --models small --repeats 3
 """
 from __future__ import annotations
