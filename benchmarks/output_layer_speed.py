@@ -120,10 +120,10 @@ def main() -> None:
             print(f"{r['case']:>24} {name:>44}: {r['ms']:9.1f} ms {r['time_ratio']:5.2f}x  "
                   f"{r['mb']:8.1f} MB {r['memory_ratio']:5.2f}x  {r['shares']}", flush=True)
     device = device_name(args.device)
-    lines = [f"Device: {device}; torch {torch.__version__}; {args.dtype}; min of {args.repeats} interleaved "
-             "forward+backward runs.", "",
-             "| case | variant | time (ms) | time ÷ baseline | peak extra memory (MB) | memory ÷ baseline "
-             "| AS rows dense / masked |", "|---|---|---:|---:|---:|---:|---|"]
+    lines = [(f"Device: {device}; torch {torch.__version__}; {args.dtype}; min of {args.repeats} interleaved "
+              "forward+backward runs."), "",
+             ("| case | variant | time (ms) | time ÷ baseline | peak extra memory (MB) | memory ÷ baseline "
+              "| AS rows dense / masked |"), "|---|---|---:|---:|---:|---:|---|"]
     lines += [f"| {r['case']} | {r['variant']} | {r['ms']:.1f} | {r['time_ratio']:.2f} | {r['mb']:.1f} | "
               f"{r['memory_ratio']:.3f} | {r['shares']} |" for r in rows]
     write_results(args.out, lines, lambda path: plot(rows, path))

@@ -27,14 +27,15 @@ from pathlib import Path
 
 from measure import BIN, ROOT, grouped_bars, json_records, pyplot, run, write_results
 
-MODELS = {
-    "small": ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "256", "--decoder-embed-dim",
-              "256", "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024",
-              "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"],
-    "large": ["--encoder-layers", "6", "--decoder-layers", "6", "--encoder-embed-dim", "512", "--decoder-embed-dim",
-              "512", "--encoder-ffn-embed-dim", "2048", "--decoder-ffn-embed-dim", "2048",
-              "--encoder-attention-heads", "8", "--decoder-attention-heads", "8"],
-}
+
+def transformer_size(layers: int, dim: int, heads: int) -> list[str]:
+    """fairseq transformer flags for an encoder and a decoder of the same size, with FFNs 4× as wide."""
+    return [str(value) for side in ("encoder", "decoder") for value in (
+        f"--{side}-layers", layers, f"--{side}-embed-dim", dim, f"--{side}-ffn-embed-dim", 4 * dim,
+        f"--{side}-attention-heads", heads)]
+
+
+MODELS = {"small": transformer_size(2, 256, 4), "large": transformer_size(6, 512, 8)}
 MODEL_NAMES = {"small": "2+2 layers × 256", "large": "6+6 layers × 512"}
 CRITERIA = {
     "cross_entropy": ["--criterion", "cross_entropy"],
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="writes OUT.md (table) and OUT.png (plot)")
     args = parser.parse_args(argv)
     data = prepare(args.work, args.vocab, args.pairs)
-    symbols = sum(1 for _ in open(data / "dict.tgt.txt", encoding="utf-8"))
+    symbols = len((data / "dict.tgt.txt").read_text(encoding="utf-8").splitlines())
     rows = []
     for model in args.models.split(","):
         speeds: dict[str, list[float]] = {name: [] for name in CRITERIA}
@@ -111,9 +112,9 @@ def main(argv: list[str] | None = None) -> None:
                          "ratio": statistics.median(values) / base, "dense": dense[criterion]})
     command = "python benchmarks/train_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [f"`{command.strip()}`", "",
-             f"{args.vocab} content words ({symbols} dictionary symbols), transformer with shared embeddings, "
-             f"--max-tokens {args.max_tokens}, {args.updates} updates per run, median of {args.repeats} "
-             "interleaved repeat(s); CPU.", "",
+             (f"{args.vocab} content words ({symbols} dictionary symbols), transformer with shared embeddings, "
+              f"--max-tokens {args.max_tokens}, {args.updates} updates per run, median of {args.repeats} "
+              "interleaved repeat(s); CPU."), "",
              "| model | criterion | words/s | × cross_entropy | AS dense rows |", "|---|---|---:|---:|---:|"]
     lines += [f"| {r['model']} | {r['criterion']} | {r['wps']:.0f} | {r['ratio']:.2f} | {r['dense']} |" for r in rows]
     write_results(args.out, lines, lambda path: plot(rows, path))

@@ -43,12 +43,11 @@ def as_softmax_chunk(z: Tensor, target: Tensor, delta: float, want_grad: bool) -
     t = target[:, None]
     z_t = z.gather(1, t)
     top, total = exp_shifted_(z)
-    e = z
+    e, log_e_t = z, z_t - top  # z's buffer now holds e
     dropped = e.lt(e.gather(1, t) - delta * total)
-    kept = z.shape[1] - torch.count_nonzero(dropped, dim=-1)
+    kept = e.shape[1] - torch.count_nonzero(dropped, dim=-1)
     kept_mass = e.masked_fill_(dropped, 0.0).sum(dim=-1, keepdim=True)
     masked = kept == 1
-    log_e_t = z_t - top
     # A masked row's loss is exactly 0 (log Σ_kept e - log e_t would leave rounding noise).
     loss = torch.where(masked, 0.0, (kept_mass.log() - log_e_t).squeeze(1))
     grad = None
