@@ -21,9 +21,9 @@ fi
 echo "[setup] creating environment in $venv (the first run builds fairseq: about 5 minutes)" >&2
 "$python" -m venv "$venv"
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
-"${pip[@]}" install --upgrade pip==26.0.1 wheel==0.45.1 setuptools==80.9.0
+"${pip[@]}" install --upgrade pip==26.0.1 -r "$root/requirements/build.txt"
 "${pip[@]}" install -r "$root/requirements/base.txt"
-"${pip[@]}" install --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
+"${pip[@]}" install --no-build-isolation --no-deps -r "$root/requirements/fairseq.txt"
 "${pip[@]}" install -r "$root/requirements/runtime.txt" -r "$root/requirements/test.txt"
 # The coco-caption scorer the tests compare our BLEU/ROUGE-L with; --no-deps because its pycocotools
 # dependency (a C build) is only needed for image-caption evaluation, which it is not used for here.
