@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the fairseq-* console scripts of the interpreter running the tests
@@ -16,6 +17,17 @@ N_TEST = 30  # not a multiple of 8: fairseq's default --required-batch-size-mult
 SHARED_DATA = ROOT.parent / "shared" / "data"  # real data, present on the project's machines only
 # The scoring library lives beside the scripts that use it (scripts/scoring); make it importable.
 sys.path.insert(0, str(ROOT / "scripts"))
+
+
+#: The devices of the device-parameterised tests (the ``device`` fixture): the CPU always, CUDA where
+#: there is one, so the same assertions check both.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                reason="no CUDA device"))]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> torch.device:
+    return torch.device(request.param)
 
 
 def run_cli(*args: str, cwd: Path = ROOT, check: bool = True) -> subprocess.CompletedProcess:

@@ -45,7 +45,7 @@ class _Decoder(FairseqDecoder):
     def forward(self, prev_output_tokens, encoder_out=None, **kwargs):
         src = encoder_out["src_tokens"][0]
         bsz, length = prev_output_tokens.shape
-        logits = torch.full((bsz, length, len(self.dictionary)), -math.inf)
+        logits = torch.full((bsz, length, len(self.dictionary)), -math.inf, device=prev_output_tokens.device)
         for row in range(bsz):
             probs = self.script(self._symbols(src[row]), self._symbols(prev_output_tokens[row, 1:]))
             assert abs(sum(probs.values()) - 1) < 1e-9, probs

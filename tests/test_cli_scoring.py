@@ -42,6 +42,7 @@ def generated(toy_data, checkpoint, tmp_path_factory) -> Path:
 
 
 def test_questions_on_fairseq_generate_output(generated, toy_data):
+    pytest.importorskip("pycocoevalcap", reason="pycocoevalcap (the coco scorer compared with) is not installed")
     from pycocoevalcap.bleu.bleu import Bleu
     from pycocoevalcap.rouge.rouge import Rouge
 

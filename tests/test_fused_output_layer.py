@@ -31,20 +31,23 @@ def unfused(logits, target, loss, reduction, options):
         value = L.softmax_loss(logits, target, IGNORE, reduction, options["label_smoothing"])
     nll = L.softmax_loss(logits.detach(), target, IGNORE, reduction)
     counted = int((target != IGNORE).sum())
-    return L.LossResult(value, nll, torch.tensor(0), torch.tensor(counted if loss == "cross_entropy" else 0))
+    counts = [torch.tensor(n, device=target.device) for n in (0, counted if loss == "cross_entropy" else 0)]
+    return L.LossResult(value, nll, *counts)
 
 
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
     """Blocks of a few rows (7, or as many as the features have dimensions), scored in parts of 3 rows,
     so the cases cross block and part boundaries, and no block size divides the rows."""
-    monkeypatch.setitem(_common._CHUNK_ELEMENTS, ("cpu", True), 7 * 97)
-    monkeypatch.setitem(_common._CHUNK_ELEMENTS, ("cpu", False), 3 * 97)
+    for device_type in ("cpu", "cuda"):
+        monkeypatch.setitem(_common._CHUNK_ELEMENTS, (device_type, True), 7 * 97)
+        monkeypatch.setitem(_common._CHUNK_ELEMENTS, (device_type, False), 3 * 97)
 
 
-def as_mix(n: int, h: int, v: int, dtype=torch.float64, seed: int = 0):
+def as_mix(n: int, h: int, v: int, dtype=torch.float64, seed: int = 0, device="cpu"):
     """Features whose AS rows are of every kind at δ = 0.2: dense (random, p_t small), masked (the
-    target's weight row scaled up: p_t near 1) and sparse (target and one other class near 1/2 each)."""
+    target's weight row scaled up: p_t near 1) and sparse (target and one other class near 1/2 each).
+    Drawn on the CPU (the same numbers on every device), then moved to ``device``."""
     g = torch.Generator().manual_seed(seed)
     weight = F.normalize(torch.randn(v, h, generator=g, dtype=dtype), dim=-1)  # equal norms: equal logits below
     target = torch.randint(0, v, (n,), generator=g)
@@ -54,7 +57,7 @@ def as_mix(n: int, h: int, v: int, dtype=torch.float64, seed: int = 0):
     hidden[kind == 1] = 60 * weight[target[kind == 1]]
     hidden[kind == 2] = 60 * (weight[target[kind == 2]] + weight[other[kind == 2]])
     target[5] = IGNORE
-    return hidden, weight, target
+    return hidden.to(device), weight.to(device), target.to(device)
 
 
 def compare(hidden, weight, bias, target, loss, reduction, options, rtol=1e-7, atol=1e-9):
@@ -66,7 +69,7 @@ def compare(hidden, weight, bias, target, loss, reduction, options, rtol=1e-7, a
     want = unfused(F.linear(*reference), target, loss, reduction, options)
     for name in ("loss", "nll", "n_masked", "n_dense"):
         torch.testing.assert_close(getattr(got, name), getattr(want, name), rtol=rtol, atol=atol, msg=name)
-    upstream = torch.linspace(0.5, 1.5, target.numel(), dtype=got.loss.dtype) if reduction == "none" else 1.3
+    upstream = torch.linspace(0.5, 1.5, target.numel(), dtype=got.loss.dtype, device=target.device) if reduction == "none" else 1.3
     (got.loss * upstream).sum().backward()
     (want.loss * upstream).sum().backward()
     for name, a, b in zip(("hidden", "weight", "bias"), inputs, reference):
@@ -77,30 +80,31 @@ def compare(hidden, weight, bias, target, loss, reduction, options, rtol=1e-7, a
 @pytest.mark.parametrize("reduction", ["sum", "mean", "none"])
 @pytest.mark.parametrize("loss", sorted(OPTIONS))
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_matches_the_unfused_loss_in_float64(loss, reduction, with_bias):
-    hidden, weight, target = as_mix(n=40, h=32, v=97)
-    bias = torch.randn(97, dtype=torch.float64) if with_bias else None
+def test_matches_the_unfused_loss_in_float64(loss, reduction, with_bias, device):
+    hidden, weight, target = as_mix(n=40, h=32, v=97, device=device)
+    bias = torch.randn(97, dtype=torch.float64).to(device) if with_bias else None
     got = compare(hidden, weight, bias, target, loss, reduction, OPTIONS[loss])
     if loss == "as_softmax":
         assert 0 < int(got.n_masked) and 0 < int(got.n_dense) < 39, "the batch mixes masked, sparse and dense rows"
 
 
-def test_as_rows_of_each_kind_take_their_own_path_and_agree():
+def test_as_rows_of_each_kind_take_their_own_path_and_agree(device):
     """With 97 classes a row keeping at most 6 takes the sparse path: the sparse rows of ``as_mix`` keep 2."""
-    hidden, weight, target = as_mix(n=60, h=32, v=97, seed=3)
+    hidden, weight, target = as_mix(n=60, h=32, v=97, seed=3, device=device)
     z = F.linear(hidden, weight)
     kept = [(z[i].softmax(-1) >= z[i].softmax(-1)[target[i]] - 0.2).sum().item() for i in range(60) if target[i] >= 0]
     assert {1, 2, 97} <= set(kept), "masked (1), sparse (2) and dense (97) rows are all there"
     compare(hidden, weight, None, target, "as_softmax", "sum", {"delta": 0.2})
 
 
-def test_sparse_softmax_targets_inside_and_outside_the_top_k_and_ties():
+def test_sparse_softmax_targets_inside_and_outside_the_top_k_and_ties(device):
     g = torch.Generator().manual_seed(4)
-    weight = torch.randn(31, 8, generator=g, dtype=torch.float64)
+    weight = torch.randn(31, 8, generator=g, dtype=torch.float64).to(device)
     weight[7] = weight[3]  # two classes with equal logits in every row
-    hidden = torch.randn(50, 8, generator=g, dtype=torch.float64)
+    hidden = torch.randn(50, 8, generator=g, dtype=torch.float64).to(device)
     z = F.linear(hidden, weight)
-    target = z.argsort(dim=-1, descending=True)[torch.arange(50), torch.arange(50) % 8]  # rank 0..7: in and out
+    rows = torch.arange(50, device=device)
+    target = z.argsort(dim=-1, descending=True)[rows, rows % 8]  # rank 0..7: in and out
     target[::9] = 3  # the tied class itself
     got = fused_output_loss(hidden, weight, target, "sparse_softmax", k=4)
     torch.testing.assert_close(got.loss, L.sparse_softmax_loss(z, target, 4))
@@ -118,16 +122,17 @@ def test_sparse_softmax_targets_inside_and_outside_the_top_k_and_ties():
     torch.testing.assert_close(merged[0], merged[1])
 
 
-def test_tied_weights_get_both_gradients():
+def test_tied_weights_get_both_gradients(device):
     """An output layer tied to the input embeddings: the weight's gradient sums both uses."""
     g = torch.Generator().manual_seed(5)
-    tokens = torch.randint(0, 53, (30,), generator=g)
-    target = torch.randint(0, 53, (30,), generator=g)
+    tokens = torch.randint(0, 53, (30,), generator=g).to(device)
+    target = torch.randint(0, 53, (30,), generator=g).to(device)
     target[:3] = IGNORE
-    mix = torch.randn(16, 16, generator=g, dtype=torch.float64)
+    mix = torch.randn(16, 16, generator=g, dtype=torch.float64).to(device)
     grads = []
     for fused in (True, False):
-        emb = torch.randn(53, 16, generator=torch.Generator().manual_seed(6), dtype=torch.float64).requires_grad_(True)
+        emb = torch.randn(53, 16, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+        emb = emb.to(device).requires_grad_(True)
         hidden = torch.tanh(emb[tokens] @ mix)
         if fused:
             fused_output_loss(hidden, emb, target, "as_softmax", delta=0.05, ignore_index=IGNORE).loss.backward()
@@ -139,10 +144,10 @@ def test_tied_weights_get_both_gradients():
 
 @pytest.mark.parametrize("reduction", ["sum", "none"])
 @pytest.mark.parametrize("loss", sorted(OPTIONS))
-def test_gradcheck(loss, reduction):
-    hidden, weight, target = as_mix(n=9, h=4, v=11, seed=7)
+def test_gradcheck(loss, reduction, device):
+    hidden, weight, target = as_mix(n=9, h=4, v=11, seed=7, device=device)
     hidden = hidden / 8  # moderate logits: every AS row kind, no kept/dropped decision on a knife's edge
-    bias = torch.randn(11, dtype=torch.float64)
+    bias = torch.randn(11, dtype=torch.float64).to(device)
     options = {**OPTIONS[loss], "k": 3} if loss == "sparse_softmax" else OPTIONS[loss]
 
     def fn(h, w, b):
@@ -154,12 +159,12 @@ def test_gradcheck(loss, reduction):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("loss", sorted(OPTIONS))
-def test_half_precision_inputs(loss, dtype):
+def test_half_precision_inputs(loss, dtype, device):
     """Logits in the inputs' dtype (as the layer computes them), scored in float32; gradients come back
     in the inputs' dtype, within two roundings of that dtype of the exact gradient (float64, from the
     same half-precision logits), as the unfused path's. (The dense products run in the inputs' dtype,
     as autograd's do, one per block, summed in float32.)"""
-    hidden, weight, target = as_mix(n=30, h=16, v=97, dtype=torch.float32, seed=8)
+    hidden, weight, target = as_mix(n=30, h=16, v=97, dtype=torch.float32, seed=8, device=device)
     hidden, weight = hidden.to(dtype).requires_grad_(True), weight.to(dtype).requires_grad_(True)
     got = fused_output_loss(hidden, weight, target, loss, ignore_index=IGNORE, **OPTIONS[loss])
     assert got.loss.dtype == torch.float32

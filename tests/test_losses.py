@@ -12,15 +12,16 @@ from user_dir import losses as L
 IGNORE = 1  # fairseq's padding index: also a legal class, so ignoring must not depend on its value
 
 
-def _rand(n=12, v=9, seed=0, dtype=torch.float64, scale=3.0):
+def _rand(n=12, v=9, seed=0, dtype=torch.float64, scale=3.0, device="cpu"):
+    """Logits and targets drawn on the CPU (the same numbers on every device), then moved to ``device``."""
     g = torch.Generator().manual_seed(seed)
-    z = (torch.randn(n, v, generator=g, dtype=torch.float64) * scale).to(dtype)
-    t = torch.randint(0, v, (n,), generator=g)
+    z = (torch.randn(n, v, generator=g, dtype=torch.float64) * scale).to(device, dtype)
+    t = torch.randint(0, v, (n,), generator=g).to(device)
     return z, t
 
 
-def _reduce(rows, valid, reduction):
-    rows = torch.tensor(rows, dtype=torch.float64)
+def _reduce(rows, valid, reduction, device):
+    rows = torch.tensor(rows, dtype=torch.float64, device=device)
     if reduction == "none":
         return rows
     if reduction == "sum":
@@ -77,14 +78,14 @@ def ref_as_multilabel_row(o, y, delta):
 
 @pytest.mark.parametrize("reduction", ["sum", "mean", "none"])
 @pytest.mark.parametrize("k", [1, 3, 9])
-def test_sparse_softmax_matches_reference(k, reduction):
-    z, t = _rand()
+def test_sparse_softmax_matches_reference(k, reduction, device):
+    z, t = _rand(device=device)
     t[2] = IGNORE
     t[5] = IGNORE
     valid = [int(x) != IGNORE for x in t]
     got = L.sparse_softmax_loss(z, t, k, ignore_index=IGNORE, reduction=reduction)
     rows = [ref_sparse_row(z[i], int(t[i]), k) if valid[i] else 0.0 for i in range(len(t))]
-    torch.testing.assert_close(got, _reduce(rows, valid, reduction))
+    torch.testing.assert_close(got, _reduce(rows, valid, reduction, z.device))
 
 
 def test_sparse_softmax_target_outside_topk_is_not_added():
@@ -111,28 +112,28 @@ def test_sparse_softmax_ties_and_full_k_equals_ce():
     t = torch.tensor([3, 2])
     got = L.sparse_softmax_loss(z, t, k=2, reduction="none")
     expect = [ref_sparse_row(z[i], int(t[i]), 2) for i in range(2)]
-    torch.testing.assert_close(got, torch.tensor(expect, dtype=torch.float64))
+    torch.testing.assert_close(got, torch.tensor(expect, dtype=torch.float64, device=z.device))
     torch.testing.assert_close(L.sparse_softmax_loss(z, t, k=4), F.cross_entropy(z, t, reduction="sum"))
 
 
-def test_sparse_softmax_label_smoothing_reference():
-    z, t = _rand(seed=3)
+def test_sparse_softmax_label_smoothing_reference(device):
+    z, t = _rand(seed=3, device=device)
     got = L.sparse_softmax_loss(z, t, 4, reduction="none", label_smoothing=0.1)
     expect = [ref_sparse_row(z[i], int(t[i]), 4, eps=0.1) for i in range(len(t))]
-    torch.testing.assert_close(got, torch.tensor(expect, dtype=torch.float64))
+    torch.testing.assert_close(got, torch.tensor(expect, dtype=torch.float64, device=z.device))
 
 
 # ----- AS-Softmax -----
 
 @pytest.mark.parametrize("reduction", ["sum", "mean", "none"])
 @pytest.mark.parametrize("delta", [0.0, 0.05, 0.3, 1.0])
-def test_as_softmax_matches_reference(delta, reduction):
-    z, t = _rand(n=40, v=7, seed=1, scale=4.0)
+def test_as_softmax_matches_reference(delta, reduction, device):
+    z, t = _rand(n=40, v=7, seed=1, scale=4.0, device=device)
     t[0] = IGNORE
     valid = [int(x) != IGNORE for x in t]
     out = L.as_softmax(z, t, delta, ignore_index=IGNORE, reduction=reduction)
     ref = [ref_as_row(z[i], int(t[i]), delta) if valid[i] else (0.0, False) for i in range(len(t))]
-    torch.testing.assert_close(out.loss, _reduce([r[0] for r in ref], valid, reduction))
+    torch.testing.assert_close(out.loss, _reduce([r[0] for r in ref], valid, reduction, z.device))
     torch.testing.assert_close(L.as_softmax_loss(z, t, delta, ignore_index=IGNORE, reduction=reduction), out.loss)
     assert int(out.n_masked) == sum(r[1] for r in ref)
     p = z.softmax(-1)
@@ -142,8 +143,8 @@ def test_as_softmax_matches_reference(delta, reduction):
         assert 0 < int(out.n_masked) < len(t), "the case must mix masked and unmasked rows"
 
 
-def test_as_softmax_delta_one_is_cross_entropy_and_nll_is_plain_ce():
-    z, t = _rand(n=30, v=11, seed=2)
+def test_as_softmax_delta_one_is_cross_entropy_and_nll_is_plain_ce(device):
+    z, t = _rand(n=30, v=11, seed=2, device=device)
     t[4] = -100
     out = L.as_softmax(z, t, 1.0, ignore_index=-100)
     ce = F.cross_entropy(z, t, ignore_index=-100, reduction="sum")
@@ -169,8 +170,8 @@ def test_as_softmax_strict_inequality_on_ties():
     assert L.as_softmax_loss(z, t, 0.2499).item() == 0.0
 
 
-def test_as_softmax_gradient_matches_reference_formula():
-    z, t = _rand(n=25, v=6, seed=4)
+def test_as_softmax_gradient_matches_reference_formula(device):
+    z, t = _rand(n=25, v=6, seed=4, device=device)
     z.requires_grad_(True)
     L.as_softmax_loss(z, t, 0.2).backward()
     expect = torch.zeros_like(z)
@@ -184,8 +185,8 @@ def test_as_softmax_gradient_matches_reference_formula():
     torch.testing.assert_close(z.grad, expect)
 
 
-def test_as_softmax_chunking_is_invisible():
-    z, t = _rand(n=300, v=5000, seed=5, dtype=torch.float32)  # many rows per chunk boundary
+def test_as_softmax_chunking_is_invisible(device):
+    z, t = _rand(n=300, v=5000, seed=5, dtype=torch.float32, device=device)  # many rows per chunk boundary
     rows = L.as_softmax_loss(z, t, 0.01, reduction="none")
     whole = torch.stack([L.as_softmax_loss(z[i : i + 1], t[i : i + 1], 0.01) for i in range(len(t))])
     torch.testing.assert_close(rows, whole)
@@ -193,35 +194,35 @@ def test_as_softmax_chunking_is_invisible():
 
 # ----- multi-label -----
 
-def _multilabel_case(n=16, v=7, seed=6):
-    z, _ = _rand(n, v, seed)
+def _multilabel_case(n=16, v=7, seed=6, device="cpu"):
+    z, _ = _rand(n, v, seed, device=device)
     g = torch.Generator().manual_seed(seed + 100)
     y = torch.rand(n, v, generator=g) < 0.3
     y[0] = False  # no positive label
     y[1] = True  # no negative label
-    return z, y
+    return z, y.to(device)
 
 
 @pytest.mark.parametrize("reduction", ["sum", "mean", "none"])
-def test_multilabel_ce_reference(reduction):
-    z, y = _multilabel_case()
+def test_multilabel_ce_reference(reduction, device):
+    z, y = _multilabel_case(device=device)
     rows = [ref_multilabel_row(z[i].tolist(), y[i].tolist()) for i in range(len(z))]
     got = L.multilabel_categorical_crossentropy(z, y.long(), reduction=reduction)
-    torch.testing.assert_close(got, _reduce(rows, [True] * len(z), reduction))
+    torch.testing.assert_close(got, _reduce(rows, [True] * len(z), reduction, z.device))
 
 
 @pytest.mark.parametrize("delta", [0.0, 0.1, 0.4, 1.0])
-def test_as_multilabel_reference(delta):
-    z, y = _multilabel_case(seed=7)
+def test_as_multilabel_reference(delta, device):
+    z, y = _multilabel_case(seed=7, device=device)
     ref = [ref_as_multilabel_row(z[i].tolist(), y[i].tolist(), delta) for i in range(len(z))]
     loss, n_masked = L.as_multilabel_loss(z, y, delta, reduction="none", return_masked=True)
-    torch.testing.assert_close(loss, torch.tensor([r[0] for r in ref], dtype=torch.float64))
+    torch.testing.assert_close(loss, torch.tensor([r[0] for r in ref], dtype=torch.float64, device=z.device))
     assert int(n_masked) == sum(r[1] for r in ref)
     assert ref[0][1], "a row without positives keeps no negative"
 
 
-def test_as_multilabel_delta_one_keeps_everything_with_both_kinds():
-    z, y = _multilabel_case(seed=8)
+def test_as_multilabel_delta_one_keeps_everything_with_both_kinds(device):
+    z, y = _multilabel_case(seed=8, device=device)
     both = y.any(1) & (~y).any(1)
     torch.testing.assert_close(
         L.as_multilabel_loss(z[both], y[both], 1.0), L.multilabel_categorical_crossentropy(z[both], y[both])
@@ -237,8 +238,8 @@ def test_multilabel_no_overflow_in_half_precision():
 # ----- baselines -----
 
 @pytest.mark.parametrize("eps", [0.0, 0.2])
-def test_softmax_reference_with_label_smoothing(eps):
-    z, t = _rand(seed=8)
+def test_softmax_reference_with_label_smoothing(eps, device):
+    z, t = _rand(seed=8, device=device)
     t[2] = IGNORE
 
     def row(zs, target):  # (1 - eps) CE + eps * mean_i(-log p_i)
@@ -247,13 +248,13 @@ def test_softmax_reference_with_label_smoothing(eps):
 
     rows = [row(z[i].tolist(), int(t[i])) if int(t[i]) != IGNORE else 0.0 for i in range(len(t))]
     got = L.softmax_loss(z, t, ignore_index=IGNORE, reduction="none", label_smoothing=eps)
-    torch.testing.assert_close(got, torch.tensor(rows, dtype=torch.float64))
+    torch.testing.assert_close(got, torch.tensor(rows, dtype=torch.float64, device=z.device))
 
 
-def test_temperature_reference():
-    z, t = _rand(seed=9)
+def test_temperature_reference(device):
+    z, t = _rand(seed=9, device=device)
     rows = [ref_ce_row((z[i] / 2.5).tolist(), int(t[i])) for i in range(len(t))]
-    torch.testing.assert_close(L.temperature_softmax_loss(z, t, 2.5, reduction="none"), torch.tensor(rows, dtype=torch.float64))
+    torch.testing.assert_close(L.temperature_softmax_loss(z, t, 2.5, reduction="none"), torch.tensor(rows, dtype=torch.float64, device=z.device))
 
 
 def _ref_margin_row(zs, t, m, s=1.0):
@@ -261,37 +262,37 @@ def _ref_margin_row(zs, t, m, s=1.0):
     return -math.log(num / (num + sum(math.exp(s * zs[j]) for j in range(len(zs)) if j != t)))
 
 
-def test_soft_margin_reference():
-    z, t = _rand(seed=10)
+def test_soft_margin_reference(device):
+    z, t = _rand(seed=10, device=device)
     t[3] = IGNORE
     rows = [_ref_margin_row(z[i].tolist(), int(t[i]), 0.7) if int(t[i]) != IGNORE else 0.0 for i in range(len(t))]
     got = L.soft_margin_softmax_loss(z, t, 0.7, ignore_index=IGNORE, reduction="none")
-    torch.testing.assert_close(got, torch.tensor(rows, dtype=torch.float64))
+    torch.testing.assert_close(got, torch.tensor(rows, dtype=torch.float64, device=z.device))
 
 
-def test_am_softmax_reference_and_cosine_check():
-    z, t = _rand(seed=11)
+def test_am_softmax_reference_and_cosine_check(device):
+    z, t = _rand(seed=11, device=device)
     cos = torch.tanh(z)
     rows = [_ref_margin_row(cos[i].tolist(), int(t[i]), 0.35, 30.0) for i in range(len(t))]
-    torch.testing.assert_close(L.am_softmax_loss(cos, t, 0.35, 30.0, reduction="none"), torch.tensor(rows, dtype=torch.float64))
+    torch.testing.assert_close(L.am_softmax_loss(cos, t, 0.35, 30.0, reduction="none"), torch.tensor(rows, dtype=torch.float64, device=z.device))
     with pytest.raises(ValueError, match="cosine"):
         L.am_softmax_loss(z * 10, t)
 
 
 @pytest.mark.parametrize("order", [2, 4, 6])
-def test_taylor_reference(order):
-    z, t = _rand(seed=12)
+def test_taylor_reference(order, device):
+    z, t = _rand(seed=12, device=device)
     t[0] = IGNORE
     rows = []
     for i in range(len(t)):
         f = [ref_taylor_f(x, order) for x in z[i].tolist()]
         rows.append(0.0 if int(t[i]) == IGNORE else -math.log(f[int(t[i])] / sum(f)))
     got = L.taylor_softmax_loss(z, t, order, ignore_index=IGNORE, reduction="none")
-    torch.testing.assert_close(got, torch.tensor(rows, dtype=torch.float64))
+    torch.testing.assert_close(got, torch.tensor(rows, dtype=torch.float64, device=z.device))
 
 
-def test_taylor_inf_gradient_is_p_minus_y():
-    z, t = _rand(seed=13)
+def test_taylor_inf_gradient_is_p_minus_y(device):
+    z, t = _rand(seed=13, device=device)
     z.requires_grad_(True)
     exact_value = L.taylor_softmax_loss(z, t, 2)
     inf_value = L.taylor_softmax_loss(z, t, 2, gradient="inf")
@@ -303,8 +304,8 @@ def test_taylor_inf_gradient_is_p_minus_y():
     torch.testing.assert_close(z.grad, expect)
 
 
-def test_sm_taylor_reference():
-    z, t = _rand(seed=14)
+def test_sm_taylor_reference(device):
+    z, t = _rand(seed=14, device=device)
     m, n = 0.6, 2
     rows = []
     for i in range(len(t)):
@@ -312,7 +313,7 @@ def test_sm_taylor_reference():
         g = f[int(t[i])] / ref_taylor_f(m, n)
         rows.append(-math.log(g / (g + sum(f) - f[int(t[i])])))
     got = L.sm_taylor_softmax_loss(z, t, n, m, reduction="none")
-    torch.testing.assert_close(got, torch.tensor(rows, dtype=torch.float64))
+    torch.testing.assert_close(got, torch.tensor(rows, dtype=torch.float64, device=z.device))
     torch.testing.assert_close(L.sm_taylor_softmax_loss(z, t, 2, 0.0), L.taylor_softmax_loss(z, t, 2))
 
 
@@ -326,19 +327,19 @@ def _ref_sparsemax(zs):
     return [max(x - tau, 0.0) for x in zs]
 
 
-def test_sparsemax_reference():
-    z, t = _rand(seed=15)
+def test_sparsemax_reference(device):
+    z, t = _rand(seed=15, device=device)
     rows = []
     for i in range(len(t)):
         zs = z[i].tolist()
         p = _ref_sparsemax(zs)
         # Fenchel-Young: Ω*(z) - z_t with Ω(p) = (||p||² - 1)/2 (Martins & Astudillo 2016)
         rows.append(sum(pi * zi for pi, zi in zip(p, zs)) - 0.5 * sum(pi * pi for pi in p) + 0.5 - zs[int(t[i])])
-    torch.testing.assert_close(L.sparsemax_loss(z, t, reduction="none"), torch.tensor(rows, dtype=torch.float64))
+    torch.testing.assert_close(L.sparsemax_loss(z, t, reduction="none"), torch.tensor(rows, dtype=torch.float64, device=z.device))
 
 
-def test_entmax15_reference():
-    z, t = _rand(seed=16)
+def test_entmax15_reference(device):
+    z, t = _rand(seed=16, device=device)
     rows = []
     for i in range(len(t)):
         zs = [x / 2 for x in z[i].tolist()]  # entmax15(z) = [z/2 - τ]_+², Σ = 1; bisection on τ
@@ -350,7 +351,7 @@ def test_entmax15_reference():
         # Fenchel-Young with Tsallis-1.5: Ω(p) = (Σ p^1.5 - 1)/(1.5·0.5)
         omega = (sum(pi**1.5 for pi in p) - 1) / 0.75
         rows.append(sum(pi * zi for pi, zi in zip(p, z[i].tolist())) - omega - z[i, int(t[i])].item())
-    torch.testing.assert_close(L.entmax15_loss(z, t, reduction="none"), torch.tensor(rows, dtype=torch.float64))
+    torch.testing.assert_close(L.entmax15_loss(z, t, reduction="none"), torch.tensor(rows, dtype=torch.float64, device=z.device))
 
 
 # ----- gradcheck (float64) -----
@@ -372,16 +373,16 @@ GRADCHECKED = {
 
 
 @pytest.mark.parametrize("name", sorted(GRADCHECKED))
-def test_gradcheck(name):
-    z, t = _rand(n=6, v=5, seed=17, scale=1.5)
+def test_gradcheck(name, device):
+    z, t = _rand(n=6, v=5, seed=17, scale=1.5, device=device)
     t[1] = IGNORE
     z.requires_grad_(True)
     assert torch.autograd.gradcheck(lambda x: GRADCHECKED[name](x, t), (z,))
 
 
 @pytest.mark.parametrize("fn", [L.multilabel_categorical_crossentropy, lambda z, y: L.as_multilabel_loss(z, y, 0.3)])
-def test_gradcheck_multilabel(fn):
-    z, y = _multilabel_case(n=6, v=5, seed=18)
+def test_gradcheck_multilabel(fn, device):
+    z, y = _multilabel_case(n=6, v=5, seed=18, device=device)
     z = (z / 2).requires_grad_(True)
     assert torch.autograd.gradcheck(lambda x: fn(x, y), (z,))
 
@@ -398,8 +399,8 @@ def test_gradcheck_multilabel(fn):
         lambda z, t: L.sparsemax_loss(z, t),
     ],
 )
-def test_half_precision_computes_in_float32(fn, dtype):
-    z, t = _rand(n=8, v=50, seed=19, dtype=dtype)
+def test_half_precision_computes_in_float32(fn, dtype, device):
+    z, t = _rand(n=8, v=50, seed=19, dtype=dtype, device=device)
     z.requires_grad_(True)
     loss = fn(z, t)
     assert loss.dtype == torch.float32

@@ -16,6 +16,7 @@ import torch
 pytest.importorskip("fairseq")
 
 import scripted_model  # noqa: E402
+from fairseq import utils  # noqa: E402
 from fairseq.search import BeamSearch  # noqa: E402
 
 from user_dir.masked_decoding import TokenSets, restrict, source_vocab, support  # noqa: E402
@@ -36,7 +37,7 @@ def _brute_support(lp: list[float], k: int, allowed: list[bool] | None) -> tuple
     return set(kept), math.log(mass)
 
 
-def _sets(member: torch.Tensor, pad: int) -> TokenSets:
+def _sets(member: torch.Tensor, pad: int, device="cpu") -> TokenSets:
     """TokenSets from a bool membership matrix, padded (with ``pad``) in the order a test chooses."""
     width = int(member.sum(-1).max())
     ids = torch.full((*member.shape[:-1], width), pad)
@@ -45,7 +46,7 @@ def _sets(member: torch.Tensor, pad: int) -> TokenSets:
         members = member[index].nonzero().flatten().flip(0)  # any order must do
         ids[index][: len(members)] = members
         offset[index][: len(members)] = 0.0
-    return TokenSets(ids, offset)
+    return TokenSets(ids.to(device), offset.to(device))
 
 
 def _kept(got, index) -> set[int]:
@@ -55,13 +56,13 @@ def _kept(got, index) -> set[int]:
 
 @pytest.mark.parametrize("k", [0, 1, 3, 7])
 @pytest.mark.parametrize("with_allowed", [False, True])
-def test_support_matches_brute_force(k, with_allowed):
+def test_support_matches_brute_force(k, with_allowed, device):
     torch.manual_seed(k)
-    lp = torch.randn(4, 3, 9, dtype=torch.float64).log_softmax(-1)
+    lp = torch.randn(4, 3, 9, dtype=torch.float64).log_softmax(-1).to(device)
     member = torch.rand(4, 1, 9) < 0.5
     member[..., 2] = True  # EOS, as the task always allows it
     member[..., 1] = False  # padding
-    allowed = _sets(member, pad=1) if with_allowed else None
+    allowed = _sets(member, pad=1, device=device) if with_allowed else None
     got = support(lp, k, allowed)
     if allowed is None and k == 0:
         assert got is None
@@ -91,7 +92,7 @@ def _brute_restrict(lp, edited, kept: set[int], log_mass: float, allowed: set[in
 @pytest.mark.parametrize("k", [0, 2, 5])
 @pytest.mark.parametrize("fill", [NEG_INF, -1e4])
 @pytest.mark.parametrize("with_allowed", [False, True])
-def test_restrict_matches_brute_force(k, fill, with_allowed):
+def test_restrict_matches_brute_force(k, fill, with_allowed, device):
     torch.manual_seed(10 + k)
     lp = torch.randn(5, 2, 8, dtype=torch.float64).log_softmax(-1)
     edited = lp.clone()
@@ -107,11 +108,11 @@ def test_restrict_matches_brute_force(k, fill, with_allowed):
     edited[1, 0] = lp[1, 0]
     edited[1, 0, row_allowed[row_allowed != least]] = NEG_INF  # the top allowed tokens are banned, not all
     edited[1, 0, 1] = NEG_INF
-    allowed = _sets(member, pad=1) if with_allowed else None
-    kept = support(lp, k, allowed)
+    allowed = _sets(member, pad=1, device=device) if with_allowed else None
+    kept = support(lp.to(device), k, allowed)
     if kept is None:
         return
-    got = restrict(edited, kept, allowed, fill)
+    got = restrict(edited.to(device), kept, allowed, fill)
     for b, r in itertools.product(range(5), range(2)):
         row_allowed = set(member[b, 0].nonzero().flatten().tolist()) if with_allowed else None
         want = _brute_restrict(lp[b, r].tolist(), edited[b, r].tolist(), _kept(kept, (b, r)),
@@ -142,12 +143,12 @@ def test_restrict_renormalises_kept_and_respects_generator_edits():
         assert out[0, 2].item() == fill  # masked
 
 
-def test_source_vocab():
-    src = torch.tensor([[1, 1, 5, 4, 2], [6, 6, 6, 4, 2]])  # pad=1, eos=2
+def test_source_vocab(device):
+    src = torch.tensor([[1, 1, 5, 4, 2], [6, 6, 6, 4, 2]], device=device)  # pad=1, eos=2
     got = source_vocab(src, 8, pad=1, always_allowed=[2, 7])
     assert got.ids.tolist() == [[2, 4, 5, 7], [2, 4, 6, 7]] and (got.offset == 0).all()
     # separate dictionaries: source id 5 has no target symbol (mapped to pad), 4 -> 3, 6 -> 5
-    src_to_tgt = torch.tensor([0, 1, 2, 3, 3, 1, 5])
+    src_to_tgt = torch.tensor([0, 1, 2, 3, 3, 1, 5], device=device)
     got = source_vocab(src[:, 2:], 8, pad=1, always_allowed=[2], src_to_tgt=src_to_tgt)
     assert got.ids.tolist() == [[2, 3, 1], [2, 3, 5]]
     assert got.offset.tolist() == [[0, 0, NEG_INF], [0, 0, 0]]
@@ -163,13 +164,15 @@ def _task(**options) -> SparseSeq2SeqTask:
     return SparseSeq2SeqTask(SparseSeq2SeqConfig(**options), D, D)
 
 
-def _decode(script, sources, task_options=None, prefix=None, **generation):
-    """[[(symbols, positional scores, score), ...best first] per source]."""
+def _decode(script, sources, task_options=None, prefix=None, device="cpu", **generation):
+    """[[(symbols, positional scores, score), ...best first] per source], decoded on ``device``."""
     task = _task(**(task_options or {}))
-    model = scripted_model.model(D, script)
+    model = scripted_model.model(D, script).to(device)
     args = Namespace(**{"beam": 2, "unnormalized": True, "max_len_b": 10, **generation})
     generator = task.build_generator([model], args)
-    hypos = task.inference_step(generator, [model], scripted_model.sample(D, sources), prefix_tokens=prefix)
+    sample = utils.apply_to_sample(lambda t: t.to(device), scripted_model.sample(D, sources))
+    prefix = prefix.to(device) if prefix is not None else None
+    hypos = task.inference_step(generator, [model], sample, prefix_tokens=prefix)
     return [
         [(tuple(D[t] for t in h["tokens"].tolist()), h["positional_scores"].tolist(), h["score"].item()) for h in hs]
         for hs in hypos
@@ -184,20 +187,20 @@ def _ranking_script(src, prefix):
     }.get(prefix, {"</s>": 1.0})
 
 
-def test_plain_beam_on_the_ranking_script():
+def test_plain_beam_on_the_ranking_script(device):
     # beam 2: step 0 keeps a (.5), b (.4). Step 1 candidates: b</s> .18, bc .176, a</s> .16, ac .15;
     # b</s> is finalised, bc and ac go on and end with </s> (p=1): bc</s> .176 completes the beam.
-    (hyps,) = _decode(_ranking_script, ["a"])
+    (hyps,) = _decode(_ranking_script, ["a"], device=device)
     assert [h[0] for h in hyps] == [("b", "</s>"), ("b", "c", "</s>")]
     assert hyps[0][1] == pytest.approx([math.log(0.4), math.log(0.45)], abs=1e-6)
     assert hyps[0][2] == pytest.approx(math.log(0.18), abs=1e-6)
 
 
-def test_topk_renormalisation_changes_the_ranking():
+def test_topk_renormalisation_changes_the_ranking(device):
     # K=2: step 0 keeps {a, b} (mass .9). After a the top 2 are {</s> .32, c .30} (mass .62), after b
     # {</s> .45, c .44} (mass .89): a</s> = .5/.9*.32/.62 = .2867 beats b</s> = .4/.9*.45/.89 = .2247.
     # Candidates a</s>, ac (.2688), b</s>, bc: a</s> is finalised, ac</s> (p=1 after ac) completes the beam.
-    (hyps,) = _decode(_ranking_script, ["a"], {"decoding_topk": 2})
+    (hyps,) = _decode(_ranking_script, ["a"], {"decoding_topk": 2}, device=device)
     assert [h[0] for h in hyps] == [("a", "</s>"), ("a", "c", "</s>")]
     assert hyps[0][1] == pytest.approx([math.log(0.5 / 0.9), math.log(0.32 / 0.62)], abs=1e-6)
     assert hyps[1][1] == pytest.approx([math.log(0.5 / 0.9), math.log(0.30 / 0.62), 0.0], abs=1e-6)
@@ -213,13 +216,13 @@ def _random_script(src, prefix):
     return {D[i]: p for i, p in enumerate(logits.softmax(-1).tolist()) if p > 0}
 
 
-def test_topk_at_least_vocab_is_plain_beam_search_exactly():
+def test_topk_at_least_vocab_is_plain_beam_search_exactly(device):
     sources = ["a b c", "d e", "f"]
     for options in ({"beam": 3, "nbest": 3}, {"beam": 5, "lenpen": 1.3, "unnormalized": False}):
-        plain = _decode(_random_script, sources, **options)
+        plain = _decode(_random_script, sources, device=device, **options)
         for k in (V, V + 7):
-            assert _decode(_random_script, sources, {"decoding_topk": k}, **options) == plain
-        assert _decode(_random_script, sources, {"decoding_topk": 3}, **options) != plain
+            assert _decode(_random_script, sources, {"decoding_topk": k}, device=device, **options) == plain
+        assert _decode(_random_script, sources, {"decoding_topk": 3}, device=device, **options) != plain
 
 
 def _reference_step(self, step, lprobs, scores, prev_output_tokens=None, original_batch_idxs=None, multiple=2):
@@ -247,17 +250,17 @@ def _source_script(src, prefix):
     }.get(prefix, {"</s>": 1.0})
 
 
-def test_source_vocab_mask_restricts_and_renormalises():
+def test_source_vocab_mask_restricts_and_renormalises(device):
     # source "b c": allowed {b, c, </s>}. Step 0 renormalises over {b .3, c .1}: b .75, c .25.
     # After b: allowed {</s> .5, c .1} (a is not in the source): b</s> = .75*.5/.6 = .625, bc = .125;
     # after c: </s> = 1, c</s> = .25. Beam 2 finalises b</s> and c</s>.
-    (hyps,) = _decode(_source_script, ["b c"], {"source_vocab_mask": True})
+    (hyps,) = _decode(_source_script, ["b c"], {"source_vocab_mask": True}, device=device)
     assert [h[0] for h in hyps] == [("b", "</s>"), ("c", "</s>")]
     assert [h[2] for h in hyps] == pytest.approx([math.log(0.625), math.log(0.25)], abs=1e-6)
     # plain beam search prefers a, which is not in the source
-    assert _decode(_source_script, ["b c"])[0][0][0][0] == "a"
+    assert _decode(_source_script, ["b c"], device=device)[0][0][0][0] == "a"
     # --source-vocab-allow a: a is always allowed; after b the mass of {</s>, a, c} is 1
-    (hyps,) = _decode(_source_script, ["b c"], {"source_vocab_mask": True, "source_vocab_allow": "a"})
+    (hyps,) = _decode(_source_script, ["b c"], {"source_vocab_mask": True, "source_vocab_allow": "a"}, device=device)
     assert hyps[0][0] == ("a", "</s>")
 
 
@@ -267,7 +270,7 @@ def test_source_vocab_mask_with_topk():
     assert hyps == [(("b", "</s>"), [0.0, 0.0], 0.0)]
 
 
-def test_source_mask_follows_sentences_through_a_batch():
+def test_source_mask_follows_sentences_through_a_batch(device):
     def script(src, prefix):  # every source prefers tokens it does not contain; no </s> before its length
         probs = {s: (i + 1) * (0.05 if s in src else 0.2) for i, s in enumerate(scripted_model.SYMBOLS)}
         probs["</s>"] = 0.0
@@ -278,22 +281,23 @@ def test_source_mask_follows_sentences_through_a_batch():
 
     sources = ["a", "b c d", "e f", "c"]
     options = {"source_vocab_mask": True}
-    batched = _decode(script, sources, options, beam=3, nbest=3)
-    assert batched == [_decode(script, [s], options, beam=3, nbest=3)[0] for s in sources]
+    batched = _decode(script, sources, options, beam=3, nbest=3, device=device)
+    assert batched == [_decode(script, [s], options, beam=3, nbest=3, device=device)[0] for s in sources]
     for src, hyps in zip(sources, batched):
         assert len(hyps) == 3
         for symbols, _, _ in hyps:
             assert set(symbols) <= set(src.split()) | {"</s>"}, (src, symbols)
 
 
-def test_eos_forced_at_max_length_stays_finite():
+def test_eos_forced_at_max_length_stays_finite(device):
     # every prefix: a .9, b .09, </s> .01. K=1 keeps only a (renormalised to 1), so the hypothesis
     # cannot end until the maximum length (2) forces </s>, scored on the same scale: log(.01/.9).
     def script(src, prefix):
         return {"a": 0.9, "b": 0.09, "</s>": 0.01}
 
     for fill in (NEG_INF, -1e4):
-        hyps = _decode(script, ["a"], {"decoding_topk": 1, "decoding_mask_fill": fill}, beam=1, max_len_b=2)
+        hyps = _decode(script, ["a"], {"decoding_topk": 1, "decoding_mask_fill": fill}, beam=1, max_len_b=2,
+                       device=device)
         assert hyps == [[(("a", "a", "</s>"), pytest.approx([0.0, 0.0, math.log(0.01 / 0.9)], abs=1e-6),
                           pytest.approx(math.log(0.01 / 0.9), abs=1e-6))]]
 

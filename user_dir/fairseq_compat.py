@@ -22,6 +22,11 @@
    not go together) raise ``user_dir.options.UsageError``; in the fairseq command-line tools it is
    printed as ``fairseq-train: error: <message>`` with exit status 2, like argparse's own errors,
    instead of a traceback.
+6. ``--bf16`` on GPUs (and CPUs). fairseq's argument parsing turns ``--bf16`` into ``--tpu`` (it was
+   written for TPUs), so on any other machine the trainer asks torch_xla for a device and dies. Its
+   bf16 training itself is device-agnostic (model in bfloat16, fp32 master weights, no loss scaling),
+   so we keep ``--tpu`` only where the command line asked for it, before fairseq's launcher
+   (``distributed_utils.call_main``) chooses how to start the workers.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ import numpy as np
 import torch
 from fairseq import checkpoint_utils
 from fairseq.data import data_utils
+from fairseq.distributed import utils as distributed_utils
 from fairseq.models import BaseFairseqModel
 from fairseq.ngram_repeat_block import NGramRepeatBlock
 
@@ -105,6 +111,16 @@ def _usage_error_exits(main):
     return wrapper
 
 
+def _bf16_without_tpu(call_main):
+    @functools.wraps(call_main)
+    def wrapper(cfg, main, **kwargs):
+        if cfg.common.bf16 and cfg.common.tpu and "--tpu" not in sys.argv[1:]:
+            cfg.common.tpu = False
+        return call_main(cfg, main, **kwargs)
+
+    return wrapper
+
+
 def _cli_modules():
     """The fairseq tool modules already imported (the console scripts import theirs before the plugin)."""
     main = sys.modules.get("__main__")
@@ -122,6 +138,7 @@ def apply() -> None:
     data_utils.batch_by_size = _batch_by_size_keeping_tail(data_utils.batch_by_size)
     BaseFairseqModel.set_num_updates = _set_num_updates_recording(BaseFairseqModel.set_num_updates)
     NGramRepeatBlock._no_repeat_ngram = _no_repeat_ngram_on_generated(NGramRepeatBlock._no_repeat_ngram)
+    distributed_utils.call_main = _bf16_without_tpu(distributed_utils.call_main)
     for module in _cli_modules():
         module.main = _usage_error_exits(module.main)
     setattr(checkpoint_utils, _APPLIED, True)
