@@ -9,7 +9,7 @@ create (``PeakTensorMemory``). The logits are a leaf here, so each row includes 
 autograd accumulates into.
 
     python benchmarks/loss_speed.py                     # both default cases, table + PNG
-    python benchmarks/loss_speed.py --device cuda
+    python benchmarks/loss_speed.py --device cuda --dtype bfloat16 --cases 16384x32000,16384x128000
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from measure import best_times, device_name, grouped_bars, peak_extra_bytes, pyplot, write_results
+from measure import best_times, device_name, grouped_bars, peak_extra_bytes, pyplot, sync, write_results
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from user_dir.losses import as_softmax_loss, sparse_softmax_loss  # noqa: E402
@@ -33,9 +33,9 @@ LOSSES = {
 CASES = [(4096, 32000), (1024, 8000)]
 
 
-def make_inputs(n: int, v: int, device: str):
+def make_inputs(n: int, v: int, device: str, dtype: torch.dtype):
     g = torch.Generator().manual_seed(0)
-    logits = (torch.randn(n, v, generator=g) * 2).to(device).requires_grad_(True)
+    logits = (torch.randn(n, v, generator=g) * 2).to(device, dtype).requires_grad_(True)
     return logits, torch.randint(0, v, (n,), generator=g).to(device)
 
 
@@ -44,15 +44,29 @@ def step(name: str, logits, target) -> None:
     LOSSES[name](logits, target).backward()
 
 
-def time_all(n: int, v: int, device: str, repeats: int) -> dict[str, float]:
-    logits, target = make_inputs(n, v, device)
+def time_all(n: int, v: int, device: str, dtype: torch.dtype, repeats: int) -> dict[str, float]:
+    logits, target = make_inputs(n, v, device, dtype)
     return best_times({name: lambda name=name: step(name, logits, target) for name in LOSSES}, repeats, device)
 
 
-def peak_buffers(name: str, n: int, v: int, device: str) -> int:
+def peak_buffers(name: str, n: int, v: int, device: str, dtype: torch.dtype) -> int:
     """Bytes one forward+backward allocates beyond the logits, at its peak."""
-    logits, target = make_inputs(n, v, device)
+    logits, target = make_inputs(n, v, device, dtype)
     return peak_extra_bytes(lambda: step(name, logits, target), device)
+
+
+def profile(name: str, n: int, v: int, device: str, dtype: torch.dtype) -> None:
+    """Print where one forward+backward of ``name`` spends its time, op by op (torch.profiler)."""
+    logits, target = make_inputs(n, v, device, dtype)
+    step(name, logits, target)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        step(name, logits, target)
+        sync(device)
+    sort = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+    print(f"--- profile: {name}, N={n} V={v}\n" + prof.key_averages().table(sort_by=sort, row_limit=12, max_name_column_width=48))
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -67,25 +81,31 @@ def plot(rows: list[dict], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="dtype of the logits (the losses score half-precision logits in float32)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cases", default=",".join(f"{n}x{v}" for n, v in CASES), help="NxV,NxV,...")
+    parser.add_argument("--profile", action="store_true", help="also print each loss's op-by-op profile")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "loss_speed",
                         help="writes OUT.md (table) and OUT.png (plot)")
     args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
     rows = []
     for case in args.cases.split(","):
         n, v = map(int, case.split("x"))
-        times = time_all(n, v, args.device, args.repeats)
+        times = time_all(n, v, args.device, dtype, args.repeats)
         buffer = n * v * 4
         for name in LOSSES:
-            extra = peak_buffers(name, n, v, args.device)
+            extra = peak_buffers(name, n, v, args.device, dtype)
             rows.append({"case": f"N={n} V={v}", "loss": name, "ms": times[name] * 1e3,
                          "time_ratio": times[name] / times["cross_entropy"], "extra_buffers": extra / buffer})
             r = rows[-1]
             print(f"{r['case']:>16} {name:>22}: {r['ms']:8.1f} ms  {r['time_ratio']:5.2f}x CE  "
                   f"peak +{r['extra_buffers']:.2f} N×V", flush=True)
+            if args.profile:
+                profile(name, n, v, args.device, dtype)
     device = device_name(args.device)
-    lines = [f"Device: {device}; torch {torch.__version__}; min of {args.repeats} fwd+bwd runs.", "",
+    lines = [f"Device: {device}; torch {torch.__version__}; {args.dtype} logits; min of {args.repeats} fwd+bwd runs.", "",
              "| case | loss | time (ms) | time / CE | peak extra memory (N×V fp32 buffers) |",
              "|---|---|---:|---:|---:|"]
     lines += [f"| {r['case']} | {r['loss']} | {r['ms']:.1f} | {r['time_ratio']:.2f} | {r['extra_buffers']:.2f} |" for r in rows]
