@@ -14,6 +14,7 @@ alive, and makes the loss about as fast as ``F.cross_entropy`` (see benchmarks/l
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
@@ -57,9 +58,24 @@ def as_softmax_chunk(z: Tensor, target: Tensor, delta: float, want_grad: bool) -
     return ASChunk(loss, (total.log() - log_e_t).squeeze(1), masked, kept, dropped, grad)
 
 
+@functools.cache
+def _triton_rows():
+    """The Triton kernel's driver and the dtypes it takes, or None without Triton (PyTorch's CUDA
+    builds ship it; CPU builds need not)."""
+    try:
+        from .as_softmax_triton import DTYPES, as_softmax_rows_triton
+    except ImportError:
+        return None
+    return as_softmax_rows_triton, DTYPES
+
+
 def as_softmax_rows(logits: Tensor, target: Tensor, weight: Tensor, delta: float, want_grad: bool):
     """Row losses, nll, masked and dense (every class kept) flags of ``logits (N, V)``, block by block,
-    and the gradient of ``Σ weight · loss`` w.r.t. the logits when ``want_grad``."""
+    and the gradient of ``Σ weight · loss`` w.r.t. the logits when ``want_grad``. On a GPU one Triton
+    kernel does it (``as_softmax_triton.py``)."""
+    kernel = _triton_rows() if logits.is_cuda else None
+    if kernel is not None and logits.dtype in kernel[1]:
+        return kernel[0](logits, target, weight, delta, want_grad)
     n, v = logits.shape
     dtype = compute_dtype(logits)
     grad = torch.empty_like(logits) if want_grad else None

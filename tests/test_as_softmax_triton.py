@@ -1,0 +1,85 @@
+"""The Triton kernel of AS-Softmax (``user_dir/losses/as_softmax_triton.py``) against the PyTorch path,
+which test_losses.py checks against brute force: row losses, nll, masked and dense flags and the
+weighted gradient. Without CUDA the kernel runs in Triton's interpreter on the CPU (TRITON_INTERPRET=1),
+so these tests run everywhere Triton is installed; with CUDA they also run compiled on the GPU."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # read when the kernel is decorated, i.e. at its import below
+pytest.importorskip("triton", reason="Triton is not installed")
+
+from user_dir.losses import as_softmax_loss  # noqa: E402
+from user_dir.losses.as_softmax import as_softmax_rows  # noqa: E402
+from user_dir.losses.as_softmax_triton import as_softmax_rows_triton  # noqa: E402
+
+KERNEL_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def mixed_rows(n: int, v: int, seed: int = 0):
+    """Logits whose rows at δ = 0.3 are masked (target far ahead), sparse (target and one rival near 1/2)
+    and dense (flat), with some -inf entries and weights including 0 (ignored rows)."""
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, v, generator=g)
+    target = torch.randint(0, v, (n,), generator=g)
+    rows = torch.arange(n)
+    z[rows % 3 == 0, :] *= 0.1  # dense
+    z[rows[rows % 3 == 1], target[rows % 3 == 1]] += 30.0  # masked
+    sparse = rows[rows % 3 == 2]
+    z[sparse, target[sparse]] += 12.0
+    z[sparse, (target[sparse] + 1) % v] += 12.0
+    z[::7, (target[::7] + 2) % v] = float("-inf")
+    weight = torch.rand(n, generator=g) + 0.5
+    weight[n // 2] = 0.0
+    return z, target, weight
+
+
+@pytest.mark.parametrize("n, v", [(1, 7), (40, 97), (33, 5000), (9, 4096 + 3)])  # V below, at and across blocks
+@pytest.mark.parametrize("delta", [0.0, 0.3, 1.0])
+def test_kernel_matches_the_pytorch_rows(n, v, delta):
+    z, target, weight = mixed_rows(n, v)
+    want = as_softmax_rows(z.clone(), target, weight, delta, want_grad=True)  # CPU: the PyTorch path
+    got = as_softmax_rows_triton(z.to(KERNEL_DEVICE), target.to(KERNEL_DEVICE), weight.to(KERNEL_DEVICE),
+                                 delta, want_grad=True)
+    names = ("loss", "nll", "masked", "dense", "grad")
+    for name, a, b in zip(names, got, want):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-6, msg=name)
+    if delta == 0.3 and n > 3:
+        assert got[2].any() and got[3].any() and not (got[2] | got[3]).all(), "masked, sparse and dense rows"
+        assert (got[4][got[2]] == 0).all(), "masked rows have exactly zero gradient"
+
+
+def test_no_gradient_asked_for():
+    z, target, weight = mixed_rows(12, 300, seed=1)
+    loss, nll, masked, dense, grad = as_softmax_rows_triton(z.to(KERNEL_DEVICE), target.to(KERNEL_DEVICE),
+                                                            weight.to(KERNEL_DEVICE), 0.3, want_grad=False)
+    want = as_softmax_rows(z, target, weight, 0.3, want_grad=False)
+    assert grad is None
+    torch.testing.assert_close(loss.cpu(), want[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_logits_are_scored_in_float32(dtype):
+    z, target, weight = mixed_rows(20, 1000, seed=2)
+    z = z.to(dtype)
+    got = as_softmax_rows_triton(z.to(KERNEL_DEVICE), target.to(KERNEL_DEVICE), weight.to(KERNEL_DEVICE),
+                                 0.3, want_grad=True)
+    want = as_softmax_rows(z, target, weight, 0.3, want_grad=True)  # float32 scoring of the same half logits
+    torch.testing.assert_close(got[0].cpu(), want[0], rtol=1e-5, atol=1e-5)
+    assert got[4].dtype == dtype
+    torch.testing.assert_close(got[4].cpu(), want[4].to(dtype), rtol=0, atol=torch.finfo(dtype).eps)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_as_softmax_takes_the_kernel_on_cuda_and_agrees_with_the_cpu():
+    z, target, _ = mixed_rows(64, 3000, seed=3)
+    target[3] = -100
+    cpu = z.clone().requires_grad_(True)
+    gpu = z.cuda().requires_grad_(True)
+    for logits in (cpu, gpu):
+        (as_softmax_loss(logits, target.to(logits.device), 0.3, ignore_index=-100, reduction="mean") * 1.7).backward()
+    torch.testing.assert_close(gpu.grad.cpu(), cpu.grad, rtol=1e-5, atol=1e-7)
