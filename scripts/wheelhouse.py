@@ -4,7 +4,7 @@
 On a connected machine, build a wheelhouse folder for the target; copy it and this repository there;
 on the target, install from it with no network:
 
-    python3 -m pip freeze > target-freeze.txt                                  # on the target
+    python3 -m pip freeze --all > target-freeze.txt                            # on the target
     python scripts/wheelhouse.py build wheelhouse --python 3.12 --target-freeze target-freeze.txt
     python3 scripts/wheelhouse.py install wheelhouse                           # on the target
 
@@ -12,6 +12,9 @@ Why it is built this way:
 * The target's own packages are never replaced. ``--target-freeze`` (the target's ``pip freeze``)
   constrains the resolution to the versions installed there and leaves those out of the wheelhouse;
   ``install`` pins torch to the build it finds, so nothing can swap a node's CUDA torch for another.
+  The one exception are the build tools (``BUILD_TOOLS``): the wheelhouse always carries
+  requirements/build.txt's, and ``install`` upgrades the target's only where they are older (a fresh
+  Python 3.11 has setuptools 65; torch 2.13 requires 77 or later, and the builds below want ours).
 * fairseq-fixed always travels as its sdist and is built on the target: its C++ extensions link
   against torch, so a wheel built against any other torch would fail to load there.
 * Pure-Python dependencies published as sdists only (``PURE_PYTHON_SDISTS``) are built into
@@ -37,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REQUIREMENTS = ROOT / "requirements"
 PURE_PYTHON_SDISTS = {"antlr4-python3-runtime", "rouge-score"}
 NO_DEPS = {"entmax"}
+BUILD_TOOLS = {"pip", "setuptools", "wheel"}
 FAIRSEQ = "fairseq-fixed"
 MANIFEST = "wheelhouse.json"
 
@@ -111,6 +115,7 @@ def build(args: argparse.Namespace) -> None:
     if out.exists() and any(out.iterdir()):
         raise WheelhouseError(f"{out} is not empty; give a new folder")
     present = read_freeze(args.target_freeze) if args.target_freeze else {}
+    present = {name: line for name, line in present.items() if name not in BUILD_TOOLS}
     if args.torch == "present" and args.target_freeze and "torch" not in present:
         raise WheelhouseError(f"--target-freeze {args.target_freeze} lists no torch; use --torch pinned")
     if args.torch == "pinned" and "torch" in present:
@@ -176,10 +181,15 @@ def install(args: argparse.Namespace) -> None:
             constraints.write_text("", encoding="utf-8")
         offline += ["-c", str(constraints)]
         wheels = [str(f) for f in files if f.suffix == ".whl"]
-        # Build tools first: the fairseq and plugin builds below use them without isolation.
-        first = [w for w in wheels if project(Path(w).name) in {"setuptools", "wheel", "numpy", "cython", "torch"}]
+        # Build tools first: the fairseq and plugin builds below use them without isolation. The
+        # target's own are kept unless older than the shipped ones (``name>=version``, not the file).
+        tools = [Path(w).name.split("-")[:2] for w in wheels if project(Path(w).name) in BUILD_TOOLS]
+        if tools:
+            pip(*offline, *[f"{name}>={version}" for name, version in tools])
+        first = [w for w in wheels if project(Path(w).name) in {"numpy", "cython", "torch"}]
         if first:
             pip(*offline, *first)
+        wheels = [w for w in wheels if project(Path(w).name) not in BUILD_TOOLS]
         pip(*offline, *[w for w in wheels if project(Path(w).name) not in NO_DEPS])
         pip(*offline, "--no-deps", *[w for w in wheels if project(Path(w).name) in NO_DEPS])
         print("wheelhouse: building fairseq-fixed against this machine's torch (minutes)", flush=True)
@@ -215,7 +225,8 @@ def main() -> None:
     b.add_argument("--torch", choices=["present", "pinned"], default="present",
                    help="'present': the target has torch (never replaced); 'pinned': ship requirements/base.txt's")
     b.add_argument("--target-freeze", type=Path,
-                   help="the target's `python3 -m pip freeze`: what it has is kept and not shipped")
+                   help="the target's `python3 -m pip freeze --all` (--all: its pip and setuptools count too): "
+                        "what it has is kept and not shipped")
     b.add_argument("--glibc", default="2.28", help="the target's glibc (`ldd --version`); default %(default)s")
     b.add_argument("--arch", default="x86_64", help="the target's machine (`uname -m`); default %(default)s")
     b.add_argument("--tests", action="store_true", help="also ship what the test suite needs (pytest)")

@@ -25,6 +25,25 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.i
                                                                 reason="no CUDA device"))]
 
 
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true",
+                     help="also run the tests marked slow (they build environments and need the package index)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: minutes long and needs the package index; run with --run-slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--run-slow"):
+        return
+    skip = pytest.mark.skip(reason="slow (minutes, needs the package index): "
+                                   "bash scripts/run_tests.sh --run-slow -k <test name> runs it")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(params=DEVICES)
 def device(request) -> torch.device:
     return torch.device(request.param)
