@@ -16,6 +16,7 @@ the logged ``dense_ratio`` says how many rows were dense.
 
     python benchmarks/train_speed.py                        # both models, ~50 minutes on 2 CPU cores
     python benchmarks/train_speed.py --models small --repeats 3
+    python benchmarks/train_speed.py --device cuda --precision bf16 --max-tokens 16384 --repeats 3
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from measure import BIN, ROOT, grouped_bars, json_records, pyplot, run, write_results
+from measure import BIN, ROOT, device_name, grouped_bars, json_records, pyplot, run, write_results
 
 
 def transformer_size(layers: int, dim: int, heads: int) -> list[str]:
@@ -46,6 +47,9 @@ CRITERIA = {
     "as_softmax, fused": ["--criterion", "as_softmax", "--as-delta", "0.3", "--fused-output-layer"],
 }
 BASELINE = "cross_entropy"
+#: fairseq-train flags per --device and per --precision (fairseq's fp16 optimizer needs CUDA).
+DEVICE_FLAGS = {"cpu": ["--cpu"], "cuda": []}
+PRECISION_FLAGS = {"fp32": [], "bf16": ["--bf16"], "fp16": ["--fp16"]}
 
 
 def prepare(work: Path, vocab: int, pairs: int) -> Path:
@@ -62,7 +66,8 @@ def prepare(work: Path, vocab: int, pairs: int) -> Path:
 
 def words_per_second(data: Path, model: str, criterion: str, args) -> tuple[float, str]:
     """Median wps after the first logged interval, and the AS runs' mean dense ratio."""
-    output = run([BIN / "fairseq-train", data, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq", "--cpu",
+    output = run([BIN / "fairseq-train", data, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq",
+                  *DEVICE_FLAGS[args.device], *PRECISION_FLAGS[args.precision],
                   "--arch", "transformer", *MODELS[model], "--share-all-embeddings", *CRITERIA[criterion],
                   "--optimizer", "adam", "--lr", "0.0005", "--max-tokens", args.max_tokens,
                   "--max-update", args.updates, "--disable-validation", "--no-save", "--num-workers", "0",
@@ -89,10 +94,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log-interval", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--device", choices=DEVICE_FLAGS, default="cpu")
+    parser.add_argument("--precision", choices=PRECISION_FLAGS, default="fp32",
+                        help="fairseq-train's --bf16 / --fp16 (fp16 on CUDA only)")
     parser.add_argument("--work", type=Path, default=ROOT / "work-dirs" / "train_speed")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "train_speed",
                         help="writes OUT.md (table) and OUT.png (plot)")
     args = parser.parse_args(argv)
+    if args.precision == "fp16" and args.device == "cpu":
+        parser.error("--precision fp16 needs --device cuda (fairseq's fp16 optimizer runs on CUDA only)")
     data = prepare(args.work, args.vocab, args.pairs)
     symbols = len((data / "dict.tgt.txt").read_text(encoding="utf-8").splitlines())
     rows = []
@@ -114,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     lines = [f"`{command.strip()}`", "",
              (f"{args.vocab} content words ({symbols} dictionary symbols), transformer with shared embeddings, "
               f"--max-tokens {args.max_tokens}, {args.updates} updates per run, median of {args.repeats} "
-              "interleaved repeat(s); CPU."), "",
+              f"interleaved repeat(s); {device_name(args.device)}, {args.precision}."), "",
              "| model | criterion | words/s | × cross_entropy | AS dense rows |", "|---|---|---:|---:|---:|"]
     lines += [f"| {r['model']} | {r['criterion']} | {r['wps']:.0f} | {r['ratio']:.2f} | {r['dense']} |" for r in rows]
     write_results(args.out, lines, lambda path: plot(rows, path))
