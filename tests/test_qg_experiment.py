@@ -1,0 +1,102 @@
+"""benchmarks/qg_experiment.py end to end on a few hundred Du-format lines: one seed, its tiny scale (200
+updates), two losses (the AS warm-up among them), every decoding. Checks the split by source sentence, that every
+test example gets the question decoded for its sentence, and that the table's scores are the BLEU of those
+predictions against Du's references, per example and grouped by sentence."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scoring import bleu  # scripts/ is on sys.path (conftest.py)
+
+from conftest import ROOT, run_script
+
+METHODS = ["cross_entropy", "as_softmax"]
+DECODINGS = ["beam 1", "beam 5", "beam 5, top-5 mask", "beam 5, source mask"]
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory) -> tuple[Path, Path]:
+    """Du-format dev/test files made from the toy corpus (test sentences repeated with other questions, as
+    Du's test has them), and the experiment's output folder."""
+    root = tmp_path_factory.mktemp("qg")
+    subprocess.run([sys.executable, ROOT / "data-prep" / "make_toy_data.py", root / "raw", "--train", "300",
+                    "--valid", "10", "--test", "40"], check=True, capture_output=True)
+    du = root / "du"
+    du.mkdir()
+    dev_src, dev_tgt = lines(root / "raw/train.src"), lines(root / "raw/train.tgt")
+    test_src, test_tgt = lines(root / "raw/test.src"), lines(root / "raw/test.tgt")
+    test_src += test_src[:15]  # 15 sentences with a second question (another sentence's)
+    test_tgt += test_tgt[15:30]
+    for name, src, tgt in (("dev", dev_src, dev_tgt), ("test", test_src, test_tgt)):
+        (du / f"src-{name}.txt").write_text("\n".join(src) + "\n", encoding="utf-8")
+        (du / f"tgt-{name}.txt").write_text("\n".join(tgt) + "\n", encoding="utf-8")
+    out = root / "out"
+    run_script("benchmarks/qg_experiment.py", "--du2017-dir", du, "--out", out, "--seeds", "1",
+               "--methods", *METHODS, "--scale", "tiny", "--lr", "0.003", "--warmup", "10", "--spm-vocab-size", "100")
+    return du, out
+
+
+def test_train_and_valid_share_no_sentence_and_lose_no_pair(experiment):
+    du, out = experiment
+    split = out / "work" / "split"
+    train, valid = lines(split / "src-train.txt"), lines(split / "src-dev.txt")
+    assert not set(train) & set(valid)
+    assert sorted(zip(train + valid, lines(split / "tgt-train.txt") + lines(split / "tgt-dev.txt"))) == \
+        sorted(zip(lines(du / "src-dev.txt"), lines(du / "tgt-dev.txt")))
+    assert 0.05 < len(set(valid)) / len(set(train + valid)) < 0.15
+    assert sorted(lines(split / "src-test.txt")) == sorted(set(lines(du / "src-test.txt")))
+
+
+def test_scores_are_those_of_the_decoded_questions(experiment):
+    du, out = experiment
+    sources, references = lines(du / "src-test.txt"), lines(du / "tgt-test.txt")
+    runs = json.loads((out / "runs.json").read_text())
+    assert sorted(r["method"] for r in runs) == sorted(METHODS)
+    for r in runs:
+        assert list(r["scores"]) == DECODINGS
+        folder = out / "work" / f"{r['method']}-seed1"
+        for decoding in DECODINGS:
+            hyps = lines(folder / r["scores"][decoding]["predictions"])
+            assert len(hyps) == len(sources)
+            question = {}
+            for source, hyp in zip(sources, hyps):
+                assert question.setdefault(source, hyp) == hyp  # one question per sentence
+            per_example = bleu.corpus_bleu(bleu.collect_stats(hyps, [[ref] for ref in references]))
+            groups: dict[str, list[int]] = {}
+            for i, source in enumerate(sources):
+                groups.setdefault(source, []).append(i)
+            grouped = bleu.corpus_bleu(bleu.collect_stats([hyps[ids[-1]] for ids in groups.values()],
+                                                          [[references[i] for i in ids] for ids in groups.values()]))
+            for n in range(4):
+                assert r["scores"][decoding]["per example"][f"BLEU-{n + 1}"] == pytest.approx(100 * per_example[n])
+                assert r["scores"][decoding]["grouped"][f"BLEU-{n + 1}"] == pytest.approx(100 * grouped[n])
+        assert r["scores"]["beam 5"]["grouped"]["BLEU-1"] > 5  # the model learnt something: not zeros compared
+
+
+def test_table_and_plot(experiment):
+    _, out = experiment
+    table = (out / "results.md").read_text()
+    assert table.startswith("`python benchmarks/qg_experiment.py --du2017-dir")
+    for method in METHODS:
+        for decoding in DECODINGS:
+            assert table.count(f"| {method} | {decoding} | ") == 2  # grouped and per example
+    assert (out / "curves.png").stat().st_size > 10_000
+
+
+def test_du_files_missing_or_misaligned_is_one_line_error(tmp_path):
+    (tmp_path / "src-dev.txt").write_text("a b\n")
+    proc = run_script("benchmarks/qg_experiment.py", "--du2017-dir", tmp_path, "--out", tmp_path / "out", check=False)
+    assert proc.returncode == 2 and "no tgt-dev.txt (expected Du et al.'s" in proc.stderr.splitlines()[-1]
+    for name, text in (("tgt-dev.txt", "q\n"), ("src-test.txt", "a b\nc d\n"), ("tgt-test.txt", "q\n")):
+        (tmp_path / name).write_text(text)
+    proc = run_script("benchmarks/qg_experiment.py", "--du2017-dir", tmp_path, "--out", tmp_path / "out", check=False)
+    assert proc.returncode == 2 and "src-test.txt has 2 lines, tgt-test.txt 1" in proc.stderr.splitlines()[-1]
+    assert "Traceback" not in proc.stderr
