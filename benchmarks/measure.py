@@ -37,6 +37,13 @@ def run(command: list, log: Path | None = None) -> str:
     return output
 
 
+def transformer_size(layers: int, dim: int, heads: int, ffn: int | None = None) -> list[str]:
+    """fairseq transformer flags for an encoder and a decoder of the same size, FFNs ``ffn`` (4 × dim) wide."""
+    return [str(value) for side in ("encoder", "decoder") for value in (
+        f"--{side}-layers", layers, f"--{side}-embed-dim", dim, f"--{side}-ffn-embed-dim", ffn or 4 * dim,
+        f"--{side}-attention-heads", heads)]
+
+
 def json_records(text: str, tag: str) -> list[dict]:
     """fairseq's ``--log-format json`` records of one kind (train_inner, valid, ...), without the
     ``valid_`` / ``test_`` prefix fairseq puts on the keys of validation records."""

@@ -26,14 +26,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from measure import BIN, ROOT, device_name, grouped_bars, json_records, pyplot, run, write_results
-
-
-def transformer_size(layers: int, dim: int, heads: int) -> list[str]:
-    """fairseq transformer flags for an encoder and a decoder of the same size, with FFNs 4× as wide."""
-    return [str(value) for side in ("encoder", "decoder") for value in (
-        f"--{side}-layers", layers, f"--{side}-embed-dim", dim, f"--{side}-ffn-embed-dim", 4 * dim,
-        f"--{side}-attention-heads", heads)]
+from measure import (BIN, ROOT, device_name, grouped_bars, json_records, pyplot, run, transformer_size,
+                     write_results)
 
 
 MODELS = {"small": transformer_size(2, 256, 4), "large": transformer_size(6, 512, 8)}

@@ -40,7 +40,7 @@ def experiment(tmp_path_factory) -> tuple[Path, Path]:
         (du / f"tgt-{name}.txt").write_text("\n".join(tgt) + "\n", encoding="utf-8")
     out = root / "out"
     run_script("benchmarks/qg_experiment.py", "--du2017-dir", du, "--out", out, "--seeds", "1",
-               "--methods", *METHODS, "--scale", "tiny", "--lr", "0.003", "--warmup", "10", "--spm-vocab-size", "100")
+               "--methods", *METHODS, "--scale", "tiny", "--spm-vocab-size", "100")
     return du, out
 
 
