@@ -133,7 +133,8 @@ def decode(args, data: Path, checkpoint: Path, decoding: str, folder: Path) -> P
 def score(args, predictions: Path, grouped: bool) -> dict[str, float]:
     report = predictions.with_suffix(".grouped.json" if grouped else ".json")
     run([sys.executable, ROOT / "scripts" / "score_questions.py", predictions,
-         "--refs", args.du2017_dir / "tgt-test.txt", "--json", report, *(["--group-by-source", args.du2017_dir / "src-test.txt"] if grouped else [])])
+         "--refs", args.du2017_dir / "tgt-test.txt", "--json", report,
+         *(["--group-by-source", args.du2017_dir / "src-test.txt"] if grouped else [])])
     scores = json.loads(report.read_text(encoding="utf-8"))["scores"]
     return {name: float(scores[name]) for name in SCORES}
 
@@ -240,7 +241,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--valid-fraction: expected a number between 0 and 1, got {args.valid_fraction}")
     missing = [name for name in DU_FILES if not (args.du2017_dir / name).is_file()]
     if missing:
-        parser.error(f"--du2017-dir {args.du2017_dir}: no {missing[0]} (expected Du et al.'s src-/tgt-{{dev,test}}.txt)")
+        parser.error(f"--du2017-dir {args.du2017_dir}: no {missing[0]} "
+                     "(expected Du et al.'s src-/tgt-{dev,test}.txt)")
     try:
         data = prepare(args)
     except ValueError as err:
