@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from measure import BIN, ROOT, json_records, run
+from measure import BIN, ROOT, json_records, mean_sd, run
 
 DEFAULT_JSON = ROOT.parent / "shared" / "data" / "clinc150" / "data_full.json"
 
@@ -107,11 +107,6 @@ def best(result: dict) -> dict:
 def first_reaching(result: dict, accuracy: float) -> dict | None:
     """The first validation at or above ``accuracy``."""
     return next((v for v in result["valid"] if v["accuracy"] >= accuracy), None)
-
-
-def mean_sd(values: list[float]) -> str:
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.2f} ± {sd:.2f}"
 
 
 def table(results: dict[str, list[dict]]) -> str:

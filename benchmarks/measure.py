@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -42,6 +43,12 @@ def transformer_size(layers: int, dim: int, heads: int, ffn: int | None = None) 
     return [str(value) for side in ("encoder", "decoder") for value in (
         f"--{side}-layers", layers, f"--{side}-embed-dim", dim, f"--{side}-ffn-embed-dim", ffn or 4 * dim,
         f"--{side}-attention-heads", heads)]
+
+
+def mean_sd(values: list[float]) -> str:
+    """Mean ± sample standard deviation over seeds (± 0.00 for one run), as the experiment tables give them."""
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.2f} ± {sd:.2f}"
 
 
 def json_records(text: str, tag: str) -> list[dict]:

@@ -40,7 +40,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from measure import BIN, ROOT, json_records, pyplot, run, transformer_size
+from measure import BIN, ROOT, json_records, mean_sd, pyplot, run, transformer_size
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from scoring.inputs import parse_fairseq_output  # noqa: E402
 
 DEFAULT_DU_DIR = ROOT.parent / "shared" / "data" / "squad_qg_du2017"
 DU_FILES = ["src-dev.txt", "tgt-dev.txt", "src-test.txt", "tgt-test.txt"]
@@ -118,12 +121,11 @@ def decode(args, data: Path, checkpoint: Path, decoding: str, folder: Path) -> P
                   "--path", checkpoint, "--gen-subset", "test", *DECODINGS[decoding], "--batch-size", "128",
                   "--max-len-b", "50", "--post-process", "sentencepiece",
                   *(["--cpu"] if "--cpu" in SCALES[args.scale]["device"] else [])])
-    by_id = {int(line.split("\t")[0][2:]): line.split("\t")[2] for line in output.splitlines()
-             if line.startswith("H-")}
+    hypotheses = parse_fairseq_output("fairseq-generate", output.splitlines()).hypotheses
     sentences = (args.out / "work" / "split" / "src-test.txt").read_text(encoding="utf-8").splitlines()
-    if sorted(by_id) != list(range(len(sentences))):
-        sys.exit(f"fairseq-generate gave {len(by_id)} hypotheses for {len(sentences)} test sentences")
-    question = {sentence: by_id[i] for i, sentence in enumerate(sentences)}
+    if len(hypotheses) != len(sentences):
+        sys.exit(f"fairseq-generate gave {len(hypotheses)} hypotheses for {len(sentences)} test sentences")
+    question = dict(zip(sentences, hypotheses))
     examples = (args.du2017_dir / "src-test.txt").read_text(encoding="utf-8").splitlines()
     predictions = folder / f"pred-{re.sub(r'[^a-z0-9]+', '-', decoding)}.txt"
     predictions.write_text("".join(question[s] + "\n" for s in examples), encoding="utf-8")
@@ -173,11 +175,6 @@ def train_and_test(args, data: Path, method: str, seed: int) -> dict:
             "valid": valid, "wall": float(train[-1]["wall"])}
 
 
-def mean_sd(values: list[float]) -> str:
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.2f} ± {sd:.2f}"
-
-
 def table(results: dict[str, list[dict]], way: str) -> str:
     rows = [f"| method | decoding | {' | '.join(SCORES)} |", "|---|---|" + "---|" * len(SCORES)]
     for method, runs in results.items():
@@ -188,7 +185,7 @@ def table(results: dict[str, list[dict]], way: str) -> str:
 
 
 def training_table(results: dict[str, list[dict]]) -> str:
-    rows = ["| method | final valid nll (base 2) | s per run |", "|---|---|---|"]
+    rows = ["| method | final valid nll (base 2) | s of training (fairseq's wall) |", "|---|---|---|"]
     for method, runs in results.items():
         rows.append(f"| {method} | {mean_sd([r['valid'][-1]['nll'] for r in runs])} "
                     f"| {statistics.mean(r['wall'] for r in runs):.0f} |")

@@ -181,15 +181,15 @@ def install(args: argparse.Namespace) -> None:
             constraints.write_text("", encoding="utf-8")
         offline += ["-c", str(constraints)]
         wheels = [str(f) for f in files if f.suffix == ".whl"]
+        tools = [Path(w).name.split("-")[:2] for w in wheels if project(Path(w).name) in BUILD_TOOLS]
+        wheels = [w for w in wheels if project(Path(w).name) not in BUILD_TOOLS]
         # Build tools first: the fairseq and plugin builds below use them without isolation. The
         # target's own are kept unless older than the shipped ones (``name>=version``, not the file).
-        tools = [Path(w).name.split("-")[:2] for w in wheels if project(Path(w).name) in BUILD_TOOLS]
         if tools:
             pip(*offline, *[f"{name}>={version}" for name, version in tools])
         first = [w for w in wheels if project(Path(w).name) in {"numpy", "cython", "torch"}]
         if first:
             pip(*offline, *first)
-        wheels = [w for w in wheels if project(Path(w).name) not in BUILD_TOOLS]
         pip(*offline, *[w for w in wheels if project(Path(w).name) not in NO_DEPS])
         pip(*offline, "--no-deps", *[w for w in wheels if project(Path(w).name) in NO_DEPS])
         print("wheelhouse: building fairseq-fixed against this machine's torch (minutes)", flush=True)

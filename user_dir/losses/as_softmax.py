@@ -59,23 +59,22 @@ def as_softmax_chunk(z: Tensor, target: Tensor, delta: float, want_grad: bool) -
 
 
 @functools.cache
-def _triton_rows():
-    """The Triton kernel's driver and the dtypes it takes, or None without Triton (PyTorch's CUDA
-    builds ship it; CPU builds need not)."""
+def _triton_module():
+    """``as_softmax_triton``, or None without Triton (PyTorch's CUDA builds ship it; CPU builds need not)."""
     try:
-        from .as_softmax_triton import DTYPES, as_softmax_rows_triton
+        from . import as_softmax_triton
     except ImportError:
         return None
-    return as_softmax_rows_triton, DTYPES
+    return as_softmax_triton
 
 
 def as_softmax_rows(logits: Tensor, target: Tensor, weight: Tensor, delta: float, want_grad: bool):
     """Row losses, nll, masked and dense (every class kept) flags of ``logits (N, V)``, block by block,
     and the gradient of ``Σ weight · loss`` w.r.t. the logits when ``want_grad``. On a GPU one Triton
     kernel does it (``as_softmax_triton.py``)."""
-    kernel = _triton_rows() if logits.is_cuda else None
-    if kernel is not None and logits.dtype in kernel[1]:
-        return kernel[0](logits, target, weight, delta, want_grad)
+    kernel = _triton_module() if logits.is_cuda else None
+    if kernel is not None and logits.dtype in kernel.DTYPES:
+        return kernel.as_softmax_rows_triton(logits, target, weight, delta, want_grad)
     n, v = logits.shape
     dtype = compute_dtype(logits)
     grad = torch.empty_like(logits) if want_grad else None
