@@ -13,7 +13,10 @@ Decoding. The model sees the sentence only, so examples that share a sentence ge
 each distinct test sentence is decoded once and its question is given to all of its examples. Decodings:
 beam 1 (greedy; top-1 masking would change nothing, since the mask keeps the argmax), beam 5 plain,
 beam 5 with ``--decoding-topk 5`` (the Sparse-softmax paper's k = beam) and beam 5 with
-``--source-vocab-mask``. Each is scored both ways: per example against its own question (UniLM) and
+``--source-vocab-mask``. A question's words are mostly not in its sentence ("what", "?"), so the source
+mask alone cannot write questions: it allows, besides the sentence's pieces, the ``--question-pieces`` most
+frequent pieces of the training questions (``--source-vocab-allow``; the share of valid questions the mask can
+still write, with and without them, is in the results). Each is scored both ways: per example against its own question (UniLM) and
 grouped by source sentence against all of its questions (Du et al.'s script).
 
 Training. Every run trains the same transformer with the same batches for ``--updates`` updates (the
@@ -21,7 +24,7 @@ AS warm-up is a share of them); the last checkpoint is decoded (no selection on 
 method gets a choice the others lack). The curves are the valid set's softmax cross-entropy
 (``nll_loss``, the same quantity for every loss) at ten points of each run.
 
-    python benchmarks/qg_experiment.py                      # 12 runs, ~2.5 hours on 2 CPU cores
+    python benchmarks/qg_experiment.py                      # 12 runs, ~2 hours on 2 CPU cores
     python benchmarks/qg_experiment.py --scale gpu          # transformer-base size, on a GPU
 
 Data, logs and per-run results go to OUT/work (not committed); runs found there are reused, ``--fresh``
@@ -36,6 +39,7 @@ import random
 import re
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 from tqdm import tqdm
@@ -115,10 +119,40 @@ def prepare(args) -> Path:
     return data / "data-bin"
 
 
+def question_pieces(data: Path, count: int) -> list[str]:
+    """The ``count`` most frequent pieces of the training questions: what the source mask allows besides the
+    sentence's own pieces (chosen on the training split, never on test)."""
+    pieces = Counter(p for line in (data.parent / "train.spm.tgt").open(encoding="utf-8") for p in line.split())
+    return [piece for piece, _ in pieces.most_common(count)]
+
+
+def mask_coverage(data: Path, allowed: set[str]) -> tuple[float, float]:
+    """Under the source mask with ``allowed``: the share of valid question pieces it allows, and the share of
+    valid questions it allows entirely (the ones it could still write)."""
+    def read(name: str) -> list[list[str]]:
+        return [line.split() for line in (data.parent / name).read_text(encoding="utf-8").splitlines()]
+
+    questions = read("valid.spm.tgt")
+    kept = [[p in allowed or p in source for p in question]
+            for source, question in zip((set(s) for s in read("valid.spm.src")), questions, strict=True)]
+    return sum(map(sum, kept)) / sum(map(len, kept)), sum(map(all, kept)) / len(questions)
+
+
+def coverage_text(data: Path, count: int) -> str:
+    allowed = set(question_pieces(data, count))
+    lines = [f"the sentence's pieces{extra}: {pieces:.1%} of the valid questions' pieces, {whole:.1%} of them whole"
+             for extra, (pieces, whole) in ((" only", mask_coverage(data, set())),
+                                            (f" and the {count} question pieces", mask_coverage(data, allowed)))]
+    return "What the source mask allows (valid split):\n\n" + "\n".join(f"- {line}" for line in lines)
+
+
 def decode(args, data: Path, checkpoint: Path, decoding: str, folder: Path) -> Path:
     """One decoding of the distinct test sentences, given to every test example: Du's test order."""
+    flags = DECODINGS[decoding]
+    if "--source-vocab-mask" in flags and args.question_pieces:
+        flags = [*flags, "--source-vocab-allow", " ".join(question_pieces(data, args.question_pieces))]
     output = run([BIN / "fairseq-generate", data, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq",
-                  "--path", checkpoint, "--gen-subset", "test", *DECODINGS[decoding], "--batch-size", "128",
+                  "--path", checkpoint, "--gen-subset", "test", *flags, "--batch-size", "128",
                   "--max-len-b", "50", "--post-process", "sentencepiece",
                   *(["--cpu"] if "--cpu" in SCALES[args.scale]["device"] else [])])
     hypotheses = parse_fairseq_output("fairseq-generate", output.splitlines()).hypotheses
@@ -232,8 +266,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-tokens", default="4096")
     parser.add_argument("--spm-vocab-size", default="8000", help="sentencepiece pieces (train split only)")
     parser.add_argument("--valid-fraction", type=float, default=0.1, help="of Du's dev sentences, for valid")
+    parser.add_argument("--question-pieces", type=int, default=50,
+                        help="the source mask also allows this many of the training questions' most frequent "
+                        "pieces (0: the sentence's pieces only)")
     parser.add_argument("--fresh", action="store_true", help="re-run runs that already have results")
     args = parser.parse_args(argv)
+    if args.question_pieces < 0:
+        parser.error(f"--question-pieces: expected a count >= 0, got {args.question_pieces}")
     if not 0 < args.valid_fraction < 1:
         parser.error(f"--valid-fraction: expected a number between 0 and 1, got {args.valid_fraction}")
     missing = [name for name in DU_FILES if not (args.du2017_dir / name).is_file()]
@@ -251,7 +290,8 @@ def main(argv: list[str] | None = None) -> None:
     command = "python benchmarks/qg_experiment.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = (f"`{command.strip()}`\n\nTest BLEU / ROUGE-L (%), grouped by source sentence (Du et al.), mean ± sd "
             f"over seeds {args.seeds}:\n\n{table(results, 'grouped')}\n\nPer example (UniLM):\n\n"
-            f"{table(results, 'per example')}\n\nTraining:\n\n{training_table(results)}\n")
+            f"{table(results, 'per example')}\n\nTraining:\n\n{training_table(results)}\n\n"
+            f"{coverage_text(data, args.question_pieces)}\n")
     print(text)
     (args.out / "results.md").write_text(text, encoding="utf-8")
     runs = [{"method": r["method"], "seed": r["seed"], "scores": r["scores"], "final_valid_nll": r["valid"][-1]["nll"],

@@ -14,6 +14,9 @@ from scoring import bleu  # scripts/ is on sys.path (conftest.py)
 
 from conftest import ROOT, run_script
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import qg_experiment  # noqa: E402
+
 METHODS = ["cross_entropy", "as_softmax"]
 DECODINGS = ["beam 1", "beam 5", "beam 5, top-5 mask", "beam 5, source mask"]
 
@@ -100,3 +103,19 @@ def test_du_files_missing_or_misaligned_is_one_line_error(tmp_path):
     proc = run_script("benchmarks/qg_experiment.py", "--du2017-dir", tmp_path, "--out", tmp_path / "out", check=False)
     assert proc.returncode == 2 and "src-test.txt has 2 lines, tgt-test.txt 1" in proc.stderr.splitlines()[-1]
     assert "Traceback" not in proc.stderr
+
+
+def test_source_mask_allows_the_most_frequent_question_pieces(tmp_path):
+    (tmp_path / "data-bin").mkdir()
+    for name, text in (("train.spm.tgt", "▁what ▁is ▁x ▁?\n▁what ▁?\n▁who ▁?\n"),
+                       ("valid.spm.src", "▁x ▁is ▁big\n▁y\n"), ("valid.spm.tgt", "▁what ▁is ▁x ▁?\n▁who ▁y ▁?\n")):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    data = tmp_path / "data-bin"
+    assert qg_experiment.question_pieces(data, 2) == ["▁?", "▁what"]
+    assert qg_experiment.mask_coverage(data, set()) == (3 / 7, 0)
+    assert qg_experiment.mask_coverage(data, {"▁?", "▁what"}) == (6 / 7, 1 / 2)
+
+
+def test_negative_question_pieces_is_one_line_error(tmp_path):
+    proc = run_script("benchmarks/qg_experiment.py", "--question-pieces", "-1", "--out", tmp_path, check=False)
+    assert proc.returncode == 2 and "--question-pieces: expected a count >= 0, got -1" in proc.stderr.splitlines()[-1]
