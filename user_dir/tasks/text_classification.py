@@ -5,11 +5,13 @@ Data is fairseq's RoBERTa layout, as ``data-prep/prepare_classification.py`` and
 ``data-prep/prepare_conll.py`` write it: ``DATA/input0`` (text) and ``DATA/label`` (labels), both
 binarised with ``fairseq-preprocess --only-source``. A label line holds one label, a space-separated
 label set (``--multi-label``), or one label per input token (``--token-level``; sub-word pieces after
-the first of a word carry ``--ignore-label`` and are neither trained nor scored).
+the first of a word carry ``--ignore-label`` and are neither trained nor scored). What differs between
+the three kinds (targets, criterion rows, metrics) is in ``label_kinds.py``; the task picks one at start.
 
-Models: fairseq's RoBERTa (``--arch roberta_base`` with ``--encoder-layers`` etc. to shrink it) or the
-plugin's ``--arch text_encoder``; the task adds a classification head (linear, or cosine logits for
-``--criterion am_softmax`` with ``--classifier cosine``) to the model's ``classification_heads``.
+Models: fairseq's RoBERTa (``--arch roberta_base`` with ``--encoder-layers`` etc. to shrink it), the
+plugin's ``--arch text_encoder``, or a pretrained Hugging Face encoder (``--arch hf_encoder``); the task adds
+a classification head (linear, or cosine logits for ``--criterion am_softmax`` with ``--classifier cosine``) to
+the model's ``classification_heads``.
 Criterions get their rows from ``loss_batch``; the task logs per-class (or per-entity) counts with
 every batch and turns their sums into the split's metrics, which ``--best-checkpoint-metric`` can
 name (``accuracy``, ``macro_f1``, ``micro_f1``, ``entity_f1``, with ``--maximize-best-checkpoint-metric``).
@@ -29,21 +31,20 @@ from fairseq.logging import metrics
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II, MISSING
 
-from .. import metrics as scores
 from ..as_speed import ASSpeedConfig, ASSpeedTask
 from ..criterions.base import LossBatch
 from ..models.heads import ClassificationHead
 from ..options import CheckedArgs, UsageError, at_least, in_range, positive, unset_or, validate
+from .label_kinds import IGNORE, LabelKind, MultiLabel, SingleLabel, TokenLabels
 
 logger = logging.getLogger(__name__)
-
-#: Target value of positions that are not scored (<s>, </s>, padding, --ignore-label pieces).
-IGNORE = -100
 
 
 @dataclass
 class TextClassificationConfig(ASSpeedConfig):
-    data: str = field(default=MISSING, metadata={"help": "folder with input0/ and label/ (fairseq-preprocess --only-source)"})
+    data: str = field(
+        default=MISSING, metadata={"help": "folder with input0/ and label/ (fairseq-preprocess --only-source)"}
+    )
     num_classes: int = field(
         default=-1,
         metadata={"help": "number of classes; checked against the label dictionary (-1: take it from there)",
@@ -69,7 +70,9 @@ class TextClassificationConfig(ASSpeedConfig):
         default="linear",
         metadata={"help": "output layer of the head: 'linear', or 'cosine' for s·cos logits (needed by am_softmax)"},
     )
-    cosine_scale: float = field(default=30.0, metadata={"help": "--classifier cosine: the scale s", "check": positive()})
+    cosine_scale: float = field(
+        default=30.0, metadata={"help": "--classifier cosine: the scale s", "check": positive()}
+    )
     classifier_inner_dim: int = field(
         default=-1, metadata={"help": "head's hidden size (-1: the encoder's)", "check": unset_or(at_least(1))}
     )
@@ -81,29 +84,20 @@ class TextClassificationConfig(ASSpeedConfig):
 
 
 class LabelDataset(BaseWrapperDataset):
-    """Binarised label lines → training targets: a class index, a multi-hot vector, or one class index
-    per input position (``IGNORE`` at ``<s>``, ``</s>`` and ignored pieces)."""
+    """Binarised label lines → training targets, in the form the data's label kind gives them."""
 
-    def __init__(self, labels, to_class: torch.Tensor, num_classes: int, kind: str, where: str):
+    def __init__(self, labels, to_class: torch.Tensor, num_classes: int, kind: LabelKind, where: str):
         super().__init__(labels)
         self.to_class, self.num_classes, self.kind, self.where = to_class, num_classes, kind, where
 
     def __getitem__(self, index):
-        ids = self.to_class[self.dataset[index][:-1].long()]  # drop the </s> fairseq-preprocess appends
-        unknown = ids == -1
-        if bool(unknown.any()):
+        classes = self.to_class[self.dataset[index][:-1].long()]  # drop the </s> fairseq-preprocess appends
+        if bool((classes == -1).any()):
             raise ValueError(f"{self.where}: example {index} has a label outside the label dictionary's classes")
-        if self.kind == "token":
-            edge = ids.new_full((1,), IGNORE)
-            return torch.cat([edge, ids, edge])
-        if self.kind == "multi":
-            return torch.zeros(self.num_classes, dtype=torch.bool).index_fill_(0, ids, True)
-        return ids[0]
+        return self.kind.target(classes, self.num_classes)
 
     def collater(self, samples):
-        if self.kind == "token":
-            return data_utils.collate_tokens(samples, pad_idx=IGNORE)
-        return torch.stack(samples)
+        return self.kind.collate(samples)
 
 
 @register_task("text_classification", dataclass=TextClassificationConfig)
@@ -118,24 +112,21 @@ class TextClassificationTask(CheckedArgs, ASSpeedTask, FairseqTask):
             raise UsageError("--multi-label and --token-level cannot be combined")
         if cfg.predict_top_n and not cfg.multi_label:
             raise UsageError("--predict-top-n applies to --multi-label data")
-        special = set(label_dictionary.symbols[: label_dictionary.nspecial])
-        ignored = {cfg.ignore_label} if cfg.token_level else set()
+        self.labels: LabelKind = (TokenLabels(cfg.ignore_label) if cfg.token_level
+                                  else MultiLabel(cfg.predict_top_n) if cfg.multi_label else SingleLabel())
+        not_classes = set(label_dictionary.symbols[: label_dictionary.nspecial]) | self.labels.not_classes
         # fairseq-preprocess pads dictionaries to a multiple of 8 with madeupwordNNNN entries
         self.class_names = [s for s in label_dictionary.symbols
-                            if s not in special | ignored and not s.startswith("madeupword")]
+                            if s not in not_classes and not s.startswith("madeupword")]
         self.to_class = torch.full((len(label_dictionary),), -1, dtype=torch.long)
         for i, name in enumerate(self.class_names):
             self.to_class[label_dictionary.index(name)] = i
-        if cfg.token_level and cfg.ignore_label in label_dictionary.indices:
-            self.to_class[label_dictionary.index(cfg.ignore_label)] = IGNORE
+        for name in self.labels.not_classes & label_dictionary.indices.keys():
+            self.to_class[label_dictionary.index(name)] = IGNORE
         if cfg.num_classes not in (-1, len(self.class_names)):
             raise UsageError(f"--num-classes {cfg.num_classes}, but the label dictionary "
                              f"{os.path.join(cfg.data, 'label', 'dict.txt')} has {len(self.class_names)} classes")
-        if cfg.token_level:
-            odd = [s for s in self.class_names if s != "O" and s[:2] not in ("B-", "I-")]
-            if odd:
-                raise UsageError(f"--token-level scores entities from BIO tags (B-X, I-X, O); the label dictionary "
-                                 f"also has {', '.join(odd[:5])} (is --ignore-label {cfg.ignore_label!r} right?)")
+        self.labels.check_classes(self.class_names)
         if cfg.predict_top_n >= self.num_classes:
             logger.warning(f"--predict-top-n {cfg.predict_top_n} >= {self.num_classes} classes: every class is "
                            "predicted for every example")
@@ -176,19 +167,11 @@ class TextClassificationTask(CheckedArgs, ASSpeedTask, FairseqTask):
         if len(inputs) != len(labels):
             raise UsageError(f"{input_path} has {len(inputs)} examples but {label_path} has {len(labels)}")
         label_counts = np.asarray(labels.sizes) - 1  # </s>
-        if self.cfg.token_level:
-            bad = np.flatnonzero(label_counts != np.asarray(inputs.sizes) - 1)
-            expected = "as many labels as input tokens"
-        elif self.cfg.multi_label:
-            bad = np.array([], dtype=np.int64)
-            expected = ""
-        else:
-            bad = np.flatnonzero(label_counts != 1)
-            expected = "exactly one label (multi-label data needs --multi-label)"
+        bad = self.labels.bad_examples(label_counts, np.asarray(inputs.sizes) - 1)
         if len(bad):
             raise UsageError(f"{label_path}: example {bad[0]} (line {bad[0] + 1} of the text file) has "
-                             f"{label_counts[bad[0]]} labels; expected {expected} ({len(bad)} such examples)")
-        kind = "token" if self.cfg.token_level else "multi" if self.cfg.multi_label else "single"
+                             f"{label_counts[bad[0]]} labels; expected {self.labels.expected} "
+                             f"({len(bad)} such examples)")
         src_tokens = PrependTokenDataset(inputs, self.dictionary.bos())
         dataset = NestedDictionaryDataset(
             {
@@ -197,7 +180,7 @@ class TextClassificationTask(CheckedArgs, ASSpeedTask, FairseqTask):
                     "src_tokens": RightPadDataset(src_tokens, pad_idx=self.dictionary.pad()),
                     "src_lengths": NumelDataset(src_tokens, reduce=False),
                 },
-                "target": LabelDataset(labels, self.to_class, self.num_classes, kind, label_path),
+                "target": LabelDataset(labels, self.to_class, self.num_classes, self.labels, label_path),
                 "nsentences": NumSamplesDataset(),
                 "ntokens": NumelDataset(src_tokens, reduce=True),
             },
@@ -214,12 +197,12 @@ class TextClassificationTask(CheckedArgs, ASSpeedTask, FairseqTask):
         if heads is None:
             arch = getattr(cfg, "arch", None) or cfg._name
             raise UsageError(f"--arch {arch}: --task text_classification needs a model with classification heads "
-                             "(roberta_* or text_encoder)")
-        dim = cfg.encoder_embed_dim
+                             "(roberta_*, text_encoder or hf_encoder)")
+        dim = getattr(model, "feature_dim", None) or cfg.encoder_embed_dim  # fairseq's RoBERTa has no feature_dim
         inner = self.cfg.classifier_inner_dim if self.cfg.classifier_inner_dim > 0 else dim
         scale = self.cfg.cosine_scale if self.cfg.classifier == "cosine" else None
         heads[self.cfg.classification_head_name] = ClassificationHead(
-            dim, inner, self.num_classes, self.cfg.classifier_dropout, self.cfg.token_level, scale
+            dim, inner, self.num_classes, self.cfg.classifier_dropout, self.labels.token_level, scale
         )
         return model
 
@@ -228,46 +211,15 @@ class TextClassificationTask(CheckedArgs, ASSpeedTask, FairseqTask):
         head = model.classification_heads[self.cfg.classification_head_name]
         features, _ = model(**sample["net_input"], features_only=True)
         logits, target = head(features), sample["target"]
-        if self.cfg.token_level:
-            logits, target = logits.reshape(-1, logits.size(-1)), target.reshape(-1)
-            n_rows = (target != IGNORE).sum()
-        else:
-            n_rows = torch.tensor(target.size(0), device=target.device)
-        return LossBatch(logits, target, IGNORE if self.cfg.token_level else None, n_rows, n_rows,
-                         head.cosine_scale, self.metric_counts(logits, target, sample))
-
-    @torch.no_grad()
-    def metric_counts(self, logits, target, sample) -> dict:
-        if self.cfg.multi_label:
-            return {"_class_counts": scores.class_counts(scores.predict_multi_label(logits, self.cfg.predict_top_n),
-                                                         target)}
-        if not self.cfg.token_level:
-            gold = scores.mark(target[:, None], self.num_classes)
-            return {"_class_counts": scores.class_counts(scores.predict_single_label(logits), gold)}
-        predicted = logits.argmax(dim=-1)
-        shape = sample["target"].shape
-        names = self.class_names
-        predicted_tags, gold_tags = [], []
-        for pred_row, gold_row in zip(predicted.view(shape).tolist(), target.view(shape).tolist()):
-            kept = [(p, g) for p, g in zip(pred_row, gold_row) if g != IGNORE]
-            predicted_tags.append([names[p] for p, _ in kept])
-            gold_tags.append([names[g] for _, g in kept])
-        counts = scores.entity_counts(predicted_tags, gold_tags).to(logits.device)
-        return {"_entity_counts": counts, "_token_hits": (predicted == target).sum()}
+        with torch.no_grad():
+            counts = self.labels.metric_counts(logits, target, self.class_names)
+        logits, target, ignore, n_rows = self.labels.rows(logits, target)
+        return LossBatch(logits, target, ignore, n_rows, n_rows, head.cosine_scale, counts)
 
     def reduce_metrics(self, logging_outputs, criterion):
         super().reduce_metrics(logging_outputs, criterion)
-        for key in ("_class_counts", "_entity_counts", "_token_hits"):
-            if any(key in log for log in logging_outputs):
+        metrics.log_scalar_sum("_rows", sum(float(log.get("n_rows", 0)) for log in logging_outputs))
+        if any(self.labels.count_keys[0] in log for log in logging_outputs):
+            for key in self.labels.count_keys:
                 metrics.log_scalar_sum(key, sum(log[key] for log in logging_outputs if key in log))
-        rows = sum(float(log.get("n_rows", 0)) for log in logging_outputs)
-        metrics.log_scalar_sum("_rows", rows)
-        if any("_class_counts" in log for log in logging_outputs):
-            metrics.log_derived("micro_f1", lambda m: round(100 * scores.f1_scores(m["_class_counts"].sum)[0], 2))
-            metrics.log_derived("macro_f1", lambda m: round(100 * scores.f1_scores(m["_class_counts"].sum)[1], 2))
-            if not self.cfg.multi_label:
-                metrics.log_derived("accuracy", lambda m: round(
-                    100 * float(m["_class_counts"].sum[0].sum()) / max(m["_rows"].sum, 1), 2))
-        if any("_entity_counts" in log for log in logging_outputs):
-            metrics.log_derived("entity_f1", lambda m: round(100 * scores.entity_f1(m["_entity_counts"].sum), 2))
-            metrics.log_derived("accuracy", lambda m: round(100 * float(m["_token_hits"].sum) / max(m["_rows"].sum, 1), 2))
+            self.labels.log_derived()
