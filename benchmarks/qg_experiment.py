@@ -16,8 +16,8 @@ beam 5 with ``--decoding-topk 5`` (the Sparse-softmax paper's k = beam) and beam
 ``--source-vocab-mask``. A question's words are mostly not in its sentence ("what", "?"), so the source
 mask alone cannot write questions: it allows, besides the sentence's pieces, the ``--question-pieces`` most
 frequent pieces of the training questions (``--source-vocab-allow``; the share of valid questions the mask can
-still write, with and without them, is in the results). Each is scored both ways: per example against its own question (UniLM) and
-grouped by source sentence against all of its questions (Du et al.'s script).
+still write, with and without them, is in the results). Each is scored both ways: per example against its own
+question (UniLM) and grouped by source sentence against all of its questions (Du et al.'s script).
 
 Training. Every run trains the same transformer with the same batches for ``--updates`` updates (the
 AS warm-up is a share of them); the last checkpoint is decoded (no selection on the valid set, so no
