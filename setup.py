@@ -23,6 +23,7 @@ setup(
         "entmax",
         "tqdm",
         "matplotlib",
+        "transformers>=5",
     ],
     extras_require={"test": ["pytest"]},
 )

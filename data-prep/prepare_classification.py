@@ -22,9 +22,10 @@ counts and the number of classes (pass it as ``--num-classes``).
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 
-from preplib import script
+from preplib import hf_tokenizer, script
 from preplib.classification import (binarize_classification, check_label_sets, clinc150, jsonl, sst5, tsv,
                                     write_split)
 from preplib.textio import PrepError, SplitCounts
@@ -63,7 +64,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--multi-label", action="store_true", help="tsv/jsonl: each example has a label list")
     parser.add_argument("--lowercase", action="store_true", help="lower-case the text")
     script.add_arguments(parser)
+    hf_tokenizer.add_argument(parser)
     args = parser.parse_args(argv)
+    hf_tokenizer.check_options(parser, args)
     if args.multi_label and args.dataset not in ("tsv", "jsonl"):
         parser.error(f"--multi-label: {args.dataset} is single-label")
     with script.output_folder(parser, args) as out:
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         classes = len(labels["train"])
         print(f"{classes} classes in train: --num-classes {classes}")
         script.finish(args, out, counts, {"dataset": args.dataset, "num_classes": classes, "label_counts": labels},
-                      binarizer=binarize_classification)
+                      binarizer=functools.partial(binarize_classification, hf_tokenizer=args.hf_tokenizer))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import argparse
 import functools
 from pathlib import Path
 
-from preplib import script
+from preplib import hf_tokenizer, script
 from preplib.classification import binarize_classification, check_label_sets
 from preplib.conll import piece_labels, read_conll, write_split
 from preplib.textio import SplitCounts
@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--label-column", type=int, default=-1,
                         help="column of the tag, 0-based; negative counts from the end (default: the last)")
     script.add_arguments(parser)
+    hf_tokenizer.add_argument(parser)
     args = parser.parse_args(argv)
+    hf_tokenizer.check_options(parser, args)
     with script.output_folder(parser, args) as out:
         counts, tags = {}, {}
         for split in ("train", "valid", "test"):
@@ -46,7 +48,8 @@ def main(argv: list[str] | None = None) -> None:
         check_label_sets(tags)
         print(f"{len(tags['train'])} tags in train: {' '.join(sorted(tags['train']))}")
         script.finish(args, out, counts, {"dataset": "conll", "num_classes": len(tags["train"]), "label_counts": tags},
-                      binarizer=functools.partial(binarize_classification, piece_labels=piece_labels))
+                      binarizer=functools.partial(binarize_classification, piece_labels=piece_labels,
+                                                  hf_tokenizer=args.hf_tokenizer))
 
 
 if __name__ == "__main__":

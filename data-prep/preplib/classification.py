@@ -1,6 +1,6 @@
-"""Text classification data → fairseq's RoBERTa layout: ``input0/`` (sentencepiece pieces) and ``label/``
-(one label, or a space-separated label list for multi-label data, per line), both binarised with
-``--only-source``.
+"""Text classification data → fairseq's RoBERTa layout: ``input0/`` (sentencepiece pieces, or a pretrained
+checkpoint's own tokens) and ``label/`` (one label, or a space-separated label list for multi-label data, per
+line), both binarised with ``--only-source``.
 
 Readers yield ``(text, labels)`` per example and name the file and line (or JSON position) of anything
 they cannot read. Labels must be single tokens (fairseq reads a label line as space-separated tokens),
@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterator
 
+from . import hf_tokenizer as hf
 from .binarize import SentencePieceOptions, encode_splits, fairseq_preprocess, split_prefixes
 from .textio import InvalidExample, PairWriter, PrepError, SplitCounts, lines, normalize, read_document, require_file
 
@@ -121,19 +122,27 @@ def write_split(out: Path, split: str, examples: Iterator[Example], counts: Spli
 
 def binarize_classification(out: Path, splits: list[str], *, spm_model: Path | None, dictionary: Path | None,
                             options: SentencePieceOptions, workers: int = 1,
-                            piece_labels: Callable[[Path, str], None] | None = None) -> dict:
+                            piece_labels: Callable[[Path, str], None] | None = None,
+                            hf_tokenizer: Path | None = None) -> dict:
     """``{split}.input0`` → pieces → ``data-bin/input0``; ``{split}.label`` → ``data-bin/label`` (its
     dictionary built from the training labels, as fairseq's RoBERTa recipes do).
 
     ``piece_labels(out, split)``, when given, writes ``{split}.label`` once the pieces exist (token
-    classification labels pieces, which sentencepiece decides)."""
-    result = encode_splits(out, splits, ("input0",), spm_model=spm_model, dictionary=dictionary, options=options)
+    classification labels pieces, which sentencepiece decides). With ``hf_tokenizer`` (a pretrained
+    checkpoint's folder) the pieces are that tokenizer's tokens instead (``hf_tokenizer.py``), and token
+    labels follow its word alignment."""
+    if hf_tokenizer is None:
+        result = encode_splits(out, splits, ("input0",), spm_model=spm_model, dictionary=dictionary, options=options)
+        for split in result["binarised_sentences"] if piece_labels else ():
+            piece_labels(out, split)
+        pieces = "spm"
+    else:
+        result = hf.encode_splits(out, splits, hf_tokenizer, token_level=piece_labels is not None)
+        pieces = "hf"
     lines = result["binarised_sentences"]
-    for split in lines if piece_labels else ():
-        piece_labels(out, split)
     data_bin = out / "data-bin"
     fairseq_preprocess(["--only-source", "--srcdict", str(out / result["dictionary"]),
-                        *split_prefixes(lambda split: out / f"{split}.spm.input0", lines)],
+                        *split_prefixes(lambda split: out / f"{split}.{pieces}.input0", lines)],
                        data_bin / "input0", dict(lines), workers)
     fairseq_preprocess(["--only-source", *split_prefixes(lambda split: out / f"{split}.label", lines)],
                        data_bin / "label", dict(lines), workers)

@@ -41,6 +41,7 @@ class TextEncoderModel(BaseFairseqModel):
         dim = cfg.encoder_embed_dim
         self.padding_idx = dictionary.pad()
         self.max_source_positions = cfg.max_positions
+        self.feature_dim = dim
         self.embed_tokens = nn.Embedding(len(dictionary), dim, padding_idx=self.padding_idx)
         self.embed_positions = nn.Embedding(cfg.max_positions, dim)
         nn.init.normal_(self.embed_tokens.weight, std=dim**-0.5)

@@ -1,0 +1,139 @@
+"""Text splits → a pretrained Hugging Face checkpoint's own tokens, for ``--arch hf_encoder``.
+
+Instead of training sentencepiece, each ``{split}.input0`` line is tokenised with the tokenizer in the
+checkpoint's folder (``--hf-tokenizer DIR``, as ``save_pretrained`` writes it) and written as its tokens,
+``{split}.hf.input0``; ``dict.txt`` lists every token of the tokenizer's vocabulary. With the ``<s>`` the
+task prepends and the ``</s>`` fairseq-preprocess appends, which the model maps to the tokenizer's CLS and
+SEP, the encoder sees exactly the ids ``tokenizer(line)`` gives: every line is checked for that here.
+
+Inputs longer than the model's maximum length are cut to it, and counted (``truncated`` in the summary);
+token-level data (CoNLL) gets its labels from the tokenizer's word alignment: a word's first token has the
+word's tag, its other tokens the ignored label.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from itertools import islice
+from pathlib import Path
+
+from .textio import PrepError
+
+#: names fairseq's dictionary reserves for itself; the model maps them to the tokenizer's own
+RESERVED = ("<s>", "<pad>", "</s>", "<unk>")
+
+
+def add_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--hf-tokenizer", type=Path, metavar="DIR",
+                        help="tokenise with this pretrained Hugging Face checkpoint's tokenizer (its save_pretrained "
+                        "folder) instead of sentencepiece, for --arch hf_encoder --hf-model-dir DIR")
+
+
+def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Before any work: the folder is there, and no sentencepiece option contradicts it."""
+    if args.hf_tokenizer is None:
+        return
+    given = [flag for flag, value in (("--spm-model", args.spm_model), ("--dict", args.dict)) if value]
+    if given:
+        parser.error(f"--hf-tokenizer: the tokenizer replaces sentencepiece, so {given[0]} cannot be used with it")
+    if not (args.hf_tokenizer / "config.json").is_file():
+        parser.error(_no_config(args.hf_tokenizer))
+
+
+def _no_config(folder: Path) -> str:
+    return (f"--hf-tokenizer {folder}: no config.json there (expected a folder written by a Hugging Face "
+            "model's save_pretrained; nothing is downloaded)")
+
+
+def load(folder: Path):
+    """The folder's tokenizer, and the longest input its model takes (special tokens included)."""
+    import transformers
+
+    if not (folder / "config.json").is_file():
+        raise PrepError(_no_config(folder))
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise PrepError(f"--hf-tokenizer {folder}: cannot load its tokenizer ({str(err).strip().splitlines()[0]})"
+                        ) from None
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise PrepError(f"--hf-tokenizer {folder}: its tokenizer has no CLS/SEP token to mark a sentence with")
+    # the same bound as the model's max_positions (user_dir/models/hf_encoder.py)
+    return tokenizer, min(tokenizer.model_max_length, config.max_position_embeddings)
+
+
+def write_dictionary(tokenizer, path: Path) -> Path:
+    """A fairseq dictionary with every token of the vocabulary (count 1 each), in id order."""
+    tokens = [token for token, _ in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])]
+    spaced = [token for token in tokens if token != token.strip() or len(token.split()) > 1]
+    if spaced:
+        raise PrepError(f"the tokenizer has tokens with white space in them ({spaced[0]!r}), which a fairseq "
+                        "dictionary cannot hold")
+    path.write_text("".join(f"{token} 1\n" for token in tokens if token not in RESERVED), encoding="utf-8")
+    return path
+
+
+def encode_splits(out: Path, splits: list[str], folder: Path, token_level: bool) -> dict:
+    """``{split}.input0`` → ``{split}.hf.input0`` (and, ``token_level``, ``{split}.word_label`` →
+    ``{split}.label``) for every split; returns the summary entries, as the sentencepiece path does."""
+    tokenizer, longest = load(folder)
+    dictionary = write_dictionary(tokenizer, out / "dict.txt")
+    lines, truncated, unknown = {}, {}, {}
+    for split in splits:
+        encode = _encode_words if token_level else _encode_text
+        lines[split], truncated[split], unknown[split] = encode(tokenizer, longest - 2, out, split)
+        if truncated[split]:
+            print(f"note: {truncated[split]} {split} inputs were longer than the model's {longest} tokens and were "
+                  "cut to it", file=sys.stderr)
+    return {"hf_tokenizer": str(folder), "max_tokens": longest, "dictionary": dictionary.name,
+            "binarised_sentences": lines, "truncated": truncated,
+            "unknown_pieces": {f"{split}.input0": n for split, n in unknown.items() if n}}
+
+
+def _batches(path: Path):
+    with open(path, encoding="utf-8") as f:
+        while batch := [line.rstrip("\n") for line in islice(f, 10_000)]:
+            yield batch
+
+
+def _encode_text(tokenizer, room: int, out: Path, split: str) -> tuple[int, int, int]:
+    """Sentence-level lines; returns (lines, truncated, unknown tokens)."""
+    lines = truncated = unknown = 0
+    with open(out / f"{split}.hf.input0", "w", encoding="utf-8") as fout:
+        for batch in _batches(out / f"{split}.input0"):
+            plain = tokenizer(batch, add_special_tokens=False)["input_ids"]
+            marked = tokenizer(batch)["input_ids"]
+            for number, (ids, full) in enumerate(zip(plain, marked), lines + 1):
+                if full != [tokenizer.cls_token_id, *ids, tokenizer.sep_token_id]:
+                    raise PrepError(f"{out / f'{split}.input0'}:{number}: the tokenizer does not mark a sentence as "
+                                    "CLS tokens SEP, which --arch hf_encoder assumes")
+                truncated += len(ids) > room
+                unknown += ids[:room].count(tokenizer.unk_token_id)
+                fout.write(" ".join(tokenizer.convert_ids_to_tokens(ids[:room])) + "\n")
+            lines += len(batch)
+    return lines, truncated, unknown
+
+
+def _encode_words(tokenizer, room: int, out: Path, split: str) -> tuple[int, int, int]:
+    """Token-level lines (words and their tags); returns (lines, truncated, unknown tokens)."""
+    from .conll import IGNORE_LABEL
+
+    lines = truncated = unknown = 0
+    with open(out / f"{split}.hf.input0", "w", encoding="utf-8") as fout, \
+            open(out / f"{split}.word_label", encoding="utf-8") as tags_file, \
+            open(out / f"{split}.label", "w", encoding="utf-8") as labels:
+        for batch in _batches(out / f"{split}.input0"):
+            encoded = tokenizer([line.split() for line in batch], is_split_into_words=True, add_special_tokens=False)
+            for i, ids in enumerate(encoded["input_ids"]):
+                tags, words = next(tags_file).split(), encoded.word_ids(i)
+                if set(words) != set(range(len(tags))):
+                    raise PrepError(f"{out / f'{split}.input0'}:{lines + i + 1}: the tokenizer gives no token for "
+                                    f"word {min(set(range(len(tags))) - set(words)) + 1}")
+                row = [tags[w] if k == 0 or words[k - 1] != w else IGNORE_LABEL for k, w in enumerate(words)]
+                truncated += len(ids) > room
+                unknown += ids[:room].count(tokenizer.unk_token_id)
+                fout.write(" ".join(tokenizer.convert_ids_to_tokens(ids[:room])) + "\n")
+                labels.write(" ".join(row[:room]) + "\n")
+            lines += len(batch)
+    return lines, truncated, unknown

@@ -1,0 +1,176 @@
+"""--arch hf_encoder: a pretrained Hugging Face encoder fine-tuned through fairseq-train, on data tokenised with
+its own tokenizer (prepare_classification.py / prepare_conll.py --hf-tokenizer). The checkpoint is a tiny
+randomly initialised BERT that the test writes with save_pretrained, so nothing is downloaded.
+
+Checked against the tokenizer itself: the ids the encoder sees for each line equal ``tokenizer(line)``'s, and a
+CoNLL word's label sits on the first of the tokens the tokenizer gives that word alone."""
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, json_logs, run_cli, run_script
+from test_text_classification import FILLERS, TOPICS, _conll, _write_split
+
+transformers = pytest.importorskip("transformers")
+
+SPLITS = ("train", "valid", "test")
+#: words the vocabulary keeps whole; the others are spelt in word pieces (some split, as real text is)
+WHOLE = sorted({*FILLERS, *(w for words in TOPICS.values() for w in words[:3])})
+
+
+def write_tiny_bert(folder: Path, max_positions: int = 64) -> Path:
+    """A 2-layer, 32-wide BERT with random weights and a WordPiece vocabulary: the test words, single letters
+    and ``##`` letters (so that every lower-case word has tokens and the longer topic words are split)."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *letters, *(f"##{c}" for c in letters), *WHOLE]
+    folder.mkdir(parents=True)
+    tokenizer = transformers.BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)}, do_lower_case=True,
+                                               model_max_length=max_positions)
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=64,
+                                     max_position_embeddings=max_positions)
+    transformers.BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory) -> Path:
+    return write_tiny_bert(tmp_path_factory.mktemp("hf") / "tiny-bert")
+
+
+def prepare(root: Path, bert: Path, *flags) -> Path:
+    rng = random.Random(7)
+    for split, n in (("train", 300), ("valid", 60), ("test", 50)):
+        _write_split(root / f"{split}.tsv", rng, n, multi_label=False)
+    run_script("data-prep/prepare_classification.py", root / "prep", "--dataset", "tsv", "--hf-tokenizer", bert,
+               *(x for split in SPLITS for x in (f"--{split}", root / f"{split}.tsv")), *flags)
+    return root / "prep"
+
+
+@pytest.fixture(scope="module")
+def data(bert, tmp_path_factory) -> Path:
+    return prepare(tmp_path_factory.mktemp("hfdata"), bert)
+
+
+def encoder_ids(data: Path, bert: Path, split: str) -> list[list[int]]:
+    """What the encoder is fed for each example of ``split``: the binarised tokens with the task's <s> and
+    fairseq's </s>, through the model's dictionary → tokenizer map."""
+    from fairseq.data import Dictionary, data_utils
+
+    from user_dir.models.hf_encoder import hf_ids
+
+    dictionary = Dictionary.load(str(data / "data-bin/input0/dict.txt"))
+    dataset = data_utils.load_indexed_dataset(str(data / "data-bin/input0" / split), dictionary)
+    to_hf = hf_ids(dictionary, transformers.AutoTokenizer.from_pretrained(bert))
+    return [to_hf[torch.cat([torch.tensor([dictionary.bos()]), dataset[i]])].tolist() for i in range(len(dataset))]
+
+
+def test_the_encoder_sees_the_tokenizers_ids(data, bert):
+    tokenizer = transformers.AutoTokenizer.from_pretrained(bert)
+    for split in SPLITS:
+        texts = (data / f"{split}.input0").read_text(encoding="utf-8").splitlines()
+        assert encoder_ids(data, bert, split) == [tokenizer(text)["input_ids"] for text in texts]
+    tokens = " ".join((data / "train.hf.input0").read_text(encoding="utf-8").split())
+    assert "##" in tokens and "[UNK]" not in tokens  # split words, none unknown: the test means something
+    summary = json.loads((data / "prep_summary.json").read_text())
+    assert summary["truncated"] == {split: 0 for split in SPLITS} and summary["max_tokens"] == 64
+
+
+def test_long_inputs_are_cut_to_the_model_and_counted(bert, tmp_path):
+    short = write_tiny_bert(tmp_path / "short-bert", max_positions=8)
+    data = prepare(tmp_path, short)
+    summary = json.loads((data / "prep_summary.json").read_text())
+    tokenizer = transformers.AutoTokenizer.from_pretrained(short)
+    for split in SPLITS:
+        texts = (data / f"{split}.input0").read_text(encoding="utf-8").splitlines()
+        full = [tokenizer(text)["input_ids"] for text in texts]
+        assert summary["truncated"][split] == sum(len(ids) > 8 for ids in full) > 0
+        assert encoder_ids(data, short, split) == [ids if len(ids) <= 8 else ids[:7] + [ids[-1]] for ids in full]
+
+
+def train(data: Path, bert: Path, save_dir: Path, *flags, updates: int = 80, check: bool = True):
+    return run_cli("fairseq-train", data / "data-bin", "--user-dir", ROOT / "user_dir", "--task", "text_classification",
+                   "--cpu", "--optimizer", "adam", "--lr", "0.001", "--log-format", "json", "--log-interval", "1",
+                   "--seed", "2", "--num-workers", "0", "--no-epoch-checkpoints", "--arch", "hf_encoder",
+                   "--hf-model-dir", bert,
+                   "--batch-size", "16", "--max-update", str(updates), "--save-dir", save_dir,
+                   "--validate-interval-updates", str(updates), *flags, check=check)
+
+
+@pytest.mark.parametrize("criterion", [
+    ["--criterion", "as_softmax", "--as-delta", "0.3", "--as-warmup-ratio", "0.2"],
+    ["--criterion", "am_softmax", "--softmax-margin", "0.2", "--classifier", "cosine", "--cosine-scale", "10"],
+], ids=["as_softmax", "am_softmax"])
+def test_fine_tuning_trains_and_its_checkpoint_validates(criterion, data, bert, tmp_path):
+    out = train(data, bert, tmp_path, *criterion)
+    losses = [float(r["loss"]) for r in json_logs(out, "train_inner")]
+    assert len(losses) == 80 and all(math.isfinite(x) for x in losses)
+    assert np.mean(losses[-5:]) < np.mean(losses[:5]), losses
+    trained = json_logs(out, "valid")[-1]
+    assert float(trained["valid_accuracy"]) > 40.0, trained  # 4 balanced classes: chance is 25
+    validated = json_logs(run_cli("fairseq-validate", data / "data-bin", "--user-dir", ROOT / "user_dir",
+                                  "--task", "text_classification", "--path", tmp_path / "checkpoint_last.pt",
+                                  "--cpu", "--batch-size", "7", "--log-format", "json"), "valid")[0]
+    assert float(validated["valid_accuracy"]) == float(trained["valid_accuracy"])  # the fine-tuned weights
+
+
+def test_conll_labels_sit_on_each_words_first_token_and_train(bert, tmp_path):
+    rng = random.Random(3)
+    for split, n in (("train", 60), ("valid", 10), ("test", 10)):
+        _conll(tmp_path / f"{split}.txt", rng, n)
+    run_script("data-prep/prepare_conll.py", tmp_path / "prep", "--hf-tokenizer", bert,
+               *(x for s in SPLITS for x in (f"--{s}", tmp_path / f"{s}.txt")))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(bert)
+    data = tmp_path / "prep"
+    words = (data / "train.input0").read_text(encoding="utf-8").splitlines()
+    tags = (data / "train.word_label").read_text(encoding="utf-8").splitlines()
+    labels = (data / "train.label").read_text(encoding="utf-8").splitlines()
+    assert len(words) == len(labels) == 60
+    for word_line, tag_line, label_line in zip(words, tags, labels):
+        expected = [label for word, tag in zip(word_line.split(), tag_line.split())
+                    for label in [tag] + ["X"] * (len(tokenizer.tokenize(word)) - 1)]
+        assert label_line.split() == expected
+    assert any("X" in line.split() for line in labels)
+    out = train(data, bert, tmp_path / "ckpt", "--token-level", "--criterion", "sparse_softmax", "--sparse-topk", "3",
+                updates=20)
+    assert all(math.isfinite(float(r["loss"])) for r in json_logs(out, "train_inner"))
+    assert "valid_entity_f1" in json_logs(out, "valid")[-1]
+
+
+def test_data_from_another_tokenisation_is_refused(bert, tmp_path):
+    rng = random.Random(1)
+    for split, n in (("train", 40), ("valid", 10)):
+        _write_split(tmp_path / f"{split}.tsv", rng, n, multi_label=False)
+    run_script("data-prep/prepare_classification.py", tmp_path / "spm", "--dataset", "tsv", "--train",
+               tmp_path / "train.tsv", "--valid", tmp_path / "valid.tsv", "--spm-vocab-size", "60")
+    proc = train(tmp_path / "spm", bert, tmp_path / "ckpt", "--criterion", "softmax", check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "are not in the tokenizer's vocabulary: prepare the data with --hf-tokenizer" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_missing_or_incomplete_folder_is_one_line_error(data, bert, tmp_path):
+    proc = train(data, tmp_path / "nowhere", tmp_path / "ckpt", "--criterion", "softmax", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"--hf-model-dir {tmp_path / 'nowhere'}: no config.json there" in proc.stderr.splitlines()[-1]
+    incomplete = tmp_path / "incomplete"
+    incomplete.mkdir()
+    (incomplete / "config.json").write_text((bert / "config.json").read_text())
+    proc = train(data, incomplete, tmp_path / "ckpt", "--criterion", "softmax", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"--hf-model-dir {incomplete}: cannot load" in proc.stderr.splitlines()[-1]
+    proc = run_script("data-prep/prepare_classification.py", tmp_path / "out", "--dataset", "tsv", "--train",
+                      tmp_path / "x.tsv", "--hf-tokenizer", tmp_path / "nowhere", check=False)
+    assert proc.returncode == 2 and "no config.json there" in proc.stderr.splitlines()[-1]
+    proc = run_script("data-prep/prepare_classification.py", tmp_path / "out", "--dataset", "tsv", "--train",
+                      tmp_path / "x.tsv", "--hf-tokenizer", bert, "--dict", tmp_path / "d.txt", check=False)
+    assert proc.returncode == 2 and "--dict cannot be used with it" in proc.stderr.splitlines()[-1]

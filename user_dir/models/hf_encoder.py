@@ -1,0 +1,102 @@
+"""``--arch hf_encoder``: a pretrained Hugging Face encoder (BERT, RoBERTa, MiniLM, DeBERTa: whatever
+``transformers.AutoModel`` loads) fine-tuned inside fairseq, with the task's classification heads on top.
+
+The checkpoint is a local folder as ``save_pretrained`` writes it (``config.json``, the weights, the
+tokenizer files); nothing is downloaded. The data must be tokenised with that folder's tokenizer
+(``data-prep/prepare_classification.py --hf-tokenizer DIR``): its fairseq dictionary lists the tokenizer's
+tokens, and this model maps every dictionary index back to the tokenizer's id (``<s>``, ``</s>``,
+``<pad>``, ``<unk>`` to its CLS, SEP, PAD and UNK), so the encoder sees exactly the ids the tokenizer gives
+for the same text. fairseq's checkpoints hold the fine-tuned weights; loading one (``fairseq-validate``,
+``--restore-file``) reads the folder's configuration and tokenizer again, so it needs the same folder.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from fairseq.dataclass import FairseqDataclass
+from fairseq.models import BaseFairseqModel, register_model
+from omegaconf import MISSING
+from torch import Tensor, nn
+
+from ..options import UsageError, add_checked_args, validate
+
+
+@dataclass
+class HFEncoderConfig(FairseqDataclass):
+    hf_model_dir: str = field(
+        default=MISSING,
+        metadata={"help": "folder of a pretrained Hugging Face encoder as save_pretrained writes it (config.json, "
+                  "weights, tokenizer files); the data must be tokenised with its tokenizer "
+                  "(prepare_classification.py --hf-tokenizer); nothing is downloaded"},
+    )
+
+
+def load_pretrained(folder: str | Path, what: str):
+    """``AutoModel``, ``AutoConfig`` or ``AutoTokenizer`` (``what``) from a local folder only, with a
+    one-line error naming the folder when it is missing or incomplete."""
+    import transformers  # imported here: every fairseq command imports the plugin, few use this model
+
+    path = Path(folder)
+    if not (path / "config.json").is_file():
+        raise UsageError(f"--hf-model-dir {folder}: no config.json there (expected a folder written by a Hugging "
+                         "Face model's save_pretrained; nothing is downloaded)")
+    try:
+        return getattr(transformers, what).from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as err:
+        first = str(err).strip().splitlines()[0]
+        raise UsageError(f"--hf-model-dir {folder}: cannot load its {what[4:].lower()} ({first})") from None
+
+
+def hf_ids(dictionary, tokenizer) -> Tensor:
+    """Each fairseq dictionary index's id in the tokenizer's vocabulary (see the module doc)."""
+    vocab = tokenizer.get_vocab()
+    specials = {dictionary.bos(): tokenizer.cls_token_id, dictionary.eos(): tokenizer.sep_token_id,
+                dictionary.pad(): tokenizer.pad_token_id, dictionary.unk(): tokenizer.unk_token_id}
+    if None in specials.values():
+        raise UsageError(f"the tokenizer ({type(tokenizer).__name__}) has no CLS, SEP, PAD or UNK token: "
+                         "--arch hf_encoder needs an encoder that marks sentences with them")
+    # fairseq-preprocess pads dictionaries to a multiple of 8 with madeupwordNNNN entries; they never occur
+    unknown = [s for i, s in enumerate(dictionary.symbols)
+               if i not in specials and s not in vocab and not s.startswith("madeupword")]
+    if unknown:
+        raise UsageError(f"{len(unknown)} symbols of the data's dictionary (e.g. {' '.join(unknown[:3])}) are not "
+                         "in the tokenizer's vocabulary: prepare the data with --hf-tokenizer and the same folder")
+    return torch.tensor([specials.get(i, vocab.get(s, tokenizer.unk_token_id))
+                         for i, s in enumerate(dictionary.symbols)])
+
+
+@register_model("hf_encoder", dataclass=HFEncoderConfig)
+class HFEncoderModel(BaseFairseqModel):
+    def __init__(self, encoder: nn.Module, to_hf: Tensor, padding_idx: int, max_positions: int):
+        super().__init__()
+        self.encoder = encoder
+        self.register_buffer("to_hf", to_hf, persistent=False)
+        self.padding_idx, self.max_source_positions = padding_idx, max_positions
+        self.feature_dim = encoder.config.hidden_size
+        self.classification_heads = nn.ModuleDict()
+
+    @classmethod
+    def add_args(cls, parser):
+        add_checked_args(parser, HFEncoderConfig(), delete_default=True)
+
+    @classmethod
+    def build_model(cls, cfg: HFEncoderConfig, task):
+        validate(cfg, HFEncoderConfig)
+        tokenizer = load_pretrained(cfg.hf_model_dir, "AutoTokenizer")
+        encoder = load_pretrained(cfg.hf_model_dir, "AutoModel")
+        dictionary = task.source_dictionary
+        return cls(encoder, hf_ids(dictionary, tokenizer), dictionary.pad(),
+                   min(tokenizer.model_max_length, encoder.config.max_position_embeddings))
+
+    def max_positions(self) -> int:
+        return self.max_source_positions
+
+    def forward(self, src_tokens: Tensor, classification_head_name: str | None = None, **unused):
+        """``(B, T)`` fairseq tokens → ``(B, T, hidden)`` encoder features, like RoBERTa's ``features_only``
+        output; with ``classification_head_name`` that head's logits instead."""
+        x = self.encoder(input_ids=self.to_hf[src_tokens], attention_mask=src_tokens.ne(self.padding_idx)
+                         ).last_hidden_state
+        if classification_head_name is not None:
+            x = self.classification_heads[classification_head_name](x)
+        return x, {}
