@@ -15,7 +15,8 @@ validation/test label must occur in training.
 
 Output in OUT: ``{train,valid,test}.input0`` (whitespace-normalised text, ``--lowercase`` optional) and
 ``.label``, ``spm.model``, ``dict.txt``, ``data-bin/{input0,label}`` and ``prep_summary.json`` with the
-counts and the number of classes (pass it as ``--num-classes``).
+counts and the number of classes (pass it as ``--num-classes``). ``--hf-tokenizer DIR`` tokenises with a
+pretrained checkpoint's tokenizer instead of sentencepiece (``{split}.hf.input0``, for ``--arch hf_encoder``).
 
     python data-prep/prepare_classification.py data/clinc --dataset clinc150 --input clinc150/data_full.json
 """

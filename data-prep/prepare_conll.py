@@ -9,7 +9,8 @@ between documents (dropped and counted). ``--label-column`` picks the tag column
 Output in OUT: ``{split}.input0`` (the words), ``{split}.word_label`` (their tags), ``{split}.label``
 (a tag per sentencepiece piece: a word's first piece has its tag, the others ``X``), ``spm.model``,
 ``dict.txt``, ``data-bin/{input0,label}`` and ``prep_summary.json``. Every validation/test tag must
-occur in training.
+occur in training. ``--hf-tokenizer DIR`` splits the words with a pretrained checkpoint's tokenizer instead
+(``{split}.hf.input0``; a word's first token has its tag), for ``--arch hf_encoder``.
 
     python data-prep/prepare_conll.py data/conll --train eng.train --valid eng.testa --test eng.testb
 """

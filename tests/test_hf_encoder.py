@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -110,17 +111,22 @@ def train(data: Path, bert: Path, save_dir: Path, *flags, updates: int = 80, lr:
     ["--criterion", "as_softmax", "--as-delta", "0.3", "--as-warmup-ratio", "0.2"],
     ["--criterion", "am_softmax", "--softmax-margin", "0.2", "--classifier", "cosine", "--cosine-scale", "10"],
 ], ids=["as_softmax", "am_softmax"])
-def test_fine_tuning_trains_and_its_checkpoint_validates(criterion, data, bert, tmp_path):
-    out = train(data, bert, tmp_path, *criterion)
+def test_fine_tuning_trains_and_its_checkpoint_validates_elsewhere(criterion, data, bert, tmp_path):
+    """Trained with the checkpoint in one folder, validated after that folder is gone, with the same files
+    elsewhere (--model-overrides): the fine-tuned weights come from fairseq's checkpoint."""
+    first = Path(shutil.copytree(bert, tmp_path / "first-place"))
+    out = train(data, first, tmp_path, *criterion)
     losses = [float(r["loss"]) for r in json_logs(out, "train_inner")]
     assert len(losses) == 80 and all(math.isfinite(x) for x in losses)
     assert np.mean(losses[-5:]) < np.mean(losses[:5]), losses
     trained = json_logs(out, "valid")[-1]
     assert float(trained["valid_accuracy"]) > 40.0, trained  # 4 balanced classes: chance is 25
+    shutil.rmtree(first)
     validated = json_logs(run_cli("fairseq-validate", data / "data-bin", "--user-dir", ROOT / "user_dir",
                                   "--task", "text_classification", "--path", tmp_path / "checkpoint_last.pt",
+                                  "--model-overrides", repr({"hf_model_dir": str(bert)}),
                                   "--cpu", "--batch-size", "7", "--log-format", "json"), "valid")[0]
-    assert float(validated["valid_accuracy"]) == float(trained["valid_accuracy"])  # the fine-tuned weights
+    assert float(validated["valid_accuracy"]) == float(trained["valid_accuracy"])
 
 
 def test_conll_labels_sit_on_each_words_first_token_and_train(bert, tmp_path):

@@ -7,7 +7,8 @@ tokenizer files); nothing is downloaded. The data must be tokenised with that fo
 tokens, and this model maps every dictionary index back to the tokenizer's id (``<s>``, ``</s>``,
 ``<pad>``, ``<unk>`` to its CLS, SEP, PAD and UNK), so the encoder sees exactly the ids the tokenizer gives
 for the same text. fairseq's checkpoints hold the fine-tuned weights; loading one (``fairseq-validate``,
-``--restore-file``) reads the folder's configuration and tokenizer again, so it needs the same folder.
+``--restore-file``) reads the folder's configuration and tokenizer again, so it needs the same files: where
+they are elsewhere, ``--model-overrides "{'hf_model_dir': 'DIR'}"`` says where.
 """
 
 from dataclasses import dataclass, field
@@ -40,7 +41,8 @@ def load_pretrained(folder: str | Path, what: str):
     path = Path(folder)
     if not (path / "config.json").is_file():
         raise UsageError(f"--hf-model-dir {folder}: no config.json there (expected a folder written by a Hugging "
-                         "Face model's save_pretrained; nothing is downloaded)")
+                         "Face model's save_pretrained; nothing is downloaded; a checkpoint trained elsewhere "
+                         "takes --model-overrides \"{'hf_model_dir': 'DIR'}\")")
     try:
         return getattr(transformers, what).from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as err:
