@@ -2,7 +2,10 @@
 """CLINC150 (151 intents with out-of-scope): softmax vs sparse_softmax vs as_softmax vs as_softmax with
 AS-Speed, several seeds each, through the real ``fairseq-train`` / ``fairseq-validate`` commands.
 
-Every run trains ``--arch text_encoder`` for the same number of epochs (the same samples) and validates
+Every run trains ``--arch text_encoder`` from scratch, or fine-tunes a pretrained encoder
+(``--hf-model-dir DIR``, e.g. all-MiniLM-L6-v2 from ``scripts/extract_minilm.py``: ``--arch hf_encoder`` on data
+tokenised with its own tokenizer, in the BERT fine-tuning regime: AdamW, learning rate 5e-5 with 10 % linear
+warm-up then linear decay, batch 32, 3 epochs), for the same number of epochs (the same samples), and validates
 every ``--validate-every`` updates; the checkpoint with the best validation accuracy is scored on the
 test split. The table gives test accuracy (mean ± sd over seeds), the wall-clock time at which the best
 validation accuracy was reached, and that time relative to softmax; a second time column, "to softmax's
@@ -15,6 +18,7 @@ update (the AS paper's Figure 1).
 
     python benchmarks/clinc150_experiment.py            # ~30 min on 2 CPU cores
     python benchmarks/clinc150_experiment.py --full     # larger encoder, more epochs
+    python benchmarks/clinc150_experiment.py --hf-model-dir models/all-MiniLM-L6-v2   # ~3 min an epoch a run
 
 Data, logs and per-run results go to OUT/work (not committed); runs found there are reused, ``--fresh``
 re-runs them. OUT gets ``results.md`` (table and command), ``runs.json`` (per-run numbers) and ``curves.png``.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -33,7 +38,6 @@ from measure import BIN, ROOT, json_records, mean_sd, run
 
 DEFAULT_JSON = ROOT.parent / "shared" / "data" / "clinc150" / "data_full.json"
 
-TRAIN_EXAMPLES = 15_100  # CLINC150 train with oos: sentences per epoch
 METHODS = {
     "softmax": ["--criterion", "softmax"],
     "sparse_softmax": ["--criterion", "sparse_softmax", "--sparse-topk", "10"],
@@ -41,12 +45,31 @@ METHODS = {
     "as_softmax+as_speed": ["--criterion", "as_softmax", "--as-delta", "0.3", "--as-speed",
                             "--as-speed-lambda", "1.0", "--as-speed-max-steps", "4"],
 }
-SETTINGS = {
-    "default": {"epochs": 6, "model": ["--encoder-layers", "2", "--encoder-embed-dim", "128",
-                                       "--encoder-ffn-embed-dim", "256"]},
-    "full": {"epochs": 20, "model": ["--encoder-layers", "4", "--encoder-embed-dim", "256",
-                                     "--encoder-ffn-embed-dim", "1024"]},
+SETTINGS = {  # from scratch: our small encoder, adam at 1e-3, constant rate
+    "default": {"epochs": 6, "batch": 64, "lr": 0.001,
+                "model": ["--arch", "text_encoder", "--encoder-layers", "2", "--encoder-embed-dim", "128",
+                          "--encoder-ffn-embed-dim", "256", "--dropout", "0.1"]},
+    "full": {"epochs": 20, "batch": 64, "lr": 0.001,
+             "model": ["--arch", "text_encoder", "--encoder-layers", "4", "--encoder-embed-dim", "256",
+                       "--encoder-ffn-embed-dim", "1024", "--dropout", "0.1"]},
+    "pretrained": {"epochs": 3, "batch": 32, "lr": 5e-5, "model": ["--arch", "hf_encoder"]},  # + --hf-model-dir
 }
+
+
+def setting(args) -> dict:
+    return SETTINGS["pretrained" if args.hf_model_dir else "full" if args.full else "default"]
+
+
+def schedule(args) -> list[str]:
+    """Optimiser and learning-rate flags: from scratch a constant rate; fine-tuning the BERT regime (decoupled
+    weight decay 0.01, 10 % linear warm-up, then linear decay to 0 at the last update, which ends training:
+    fairseq's batches per epoch may differ from sentences / batch size)."""
+    if not args.hf_model_dir:
+        return ["--optimizer", "adam", "--lr", args.lr or setting(args)["lr"]]
+    updates = (args.epochs or setting(args)["epochs"]) * math.ceil(args.train_sentences / (args.batch_size or 32))
+    return ["--optimizer", "adam", "--adam-betas", "(0.9, 0.999)", "--weight-decay", "0.01",
+            "--lr", args.lr or setting(args)["lr"], "--lr-scheduler", "polynomial_decay",
+            "--warmup-updates", max(1, updates // 10), "--total-num-update", updates, "--max-update", updates]
 
 
 def prepare(args) -> Path:
@@ -54,8 +77,11 @@ def prepare(args) -> Path:
     if not (data / "data-bin" / "label" / "dict.txt").exists():
         if not args.clinc_json.exists():
             sys.exit(f"{args.clinc_json} not found: pass --clinc-json path/to/data_full.json")
+        tokens = (["--hf-tokenizer", args.hf_model_dir] if args.hf_model_dir
+                  else ["--lowercase", "--spm-vocab-size", "4000"])
         run([sys.executable, ROOT / "data-prep" / "prepare_classification.py", data, "--dataset", "clinc150",
-             "--input", args.clinc_json, "--lowercase", "--spm-vocab-size", "4000", "--overwrite"])
+             "--input", args.clinc_json, *tokens, "--overwrite"])
+    args.train_sentences = json.loads((data / "prep_summary.json").read_text())["splits"]["train"]["written"]
     return data / "data-bin"
 
 
@@ -65,11 +91,11 @@ def train_and_test(args, data: Path, method: str, seed: int) -> dict:
     result_file, train_log = folder / "result.json", folder / "train.log"
     if not result_file.exists() or args.fresh:
         folder.mkdir(parents=True, exist_ok=True)
-        setting = SETTINGS["full" if args.full else "default"]
         run([BIN / "fairseq-train", data, "--user-dir", ROOT / "user_dir", "--task", "text_classification",
-             "--arch", "text_encoder", *setting["model"], *METHODS[method], "--seed", seed, "--cpu",
-             "--optimizer", "adam", "--lr", args.lr, "--batch-size", args.batch_size, "--batch-size-valid", "512",
-             "--max-epoch", args.epochs or setting["epochs"], "--dropout", "0.1",
+             *setting(args)["model"], *(["--hf-model-dir", args.hf_model_dir] if args.hf_model_dir else []),
+             *METHODS[method], "--seed", seed, "--cpu", *schedule(args),
+             "--batch-size", args.batch_size or setting(args)["batch"], "--batch-size-valid", "512",
+             "--max-epoch", args.epochs or setting(args)["epochs"],
              "--validate-interval-updates", args.validate_every, "--best-checkpoint-metric", "accuracy",
              "--maximize-best-checkpoint-metric", "--no-epoch-checkpoints", "--no-last-checkpoints",
              "--save-dir", folder / "checkpoints", "--log-format", "json", "--log-interval", "1",
@@ -90,7 +116,7 @@ def train_and_test(args, data: Path, method: str, seed: int) -> dict:
         sentences[int(r["num_updates"])] = seen
     wall = {int(r["num_updates"]): float(r["wall"]) for r in inner}
     valid = [{"update": int(r["num_updates"]), "accuracy": float(r["accuracy"]), "nll": float(r["nll_loss"]),
-              "wall": wall[int(r["num_updates"])], "epochs": sentences[int(r["num_updates"])] / TRAIN_EXAMPLES}
+              "wall": wall[int(r["num_updates"])], "epochs": sentences[int(r["num_updates"])] / args.train_sentences}
              for r in json_records(output, "valid")]
     train = [{"update": int(r["num_updates"]), "masked_ratio": float(r.get("masked_ratio", 0.0)),
               "accum_steps": float(r.get("accum_steps", 1))} for r in inner]
@@ -138,7 +164,7 @@ def table(results: dict[str, list[dict]]) -> str:
     return "\n".join(rows)
 
 
-def plot(results: dict[str, list[dict]], path: Path) -> None:
+def plot(results: dict[str, list[dict]], path: Path, train_sentences: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -152,7 +178,7 @@ def plot(results: dict[str, list[dict]], path: Path) -> None:
         (0, 2, "validation softmax cross-entropy (base 2)", "update", "valid", "update", "nll", False),
         (1, 0, "masked-sample ratio (train, per update)", "update", "train", "update", "masked_ratio", True),
         (1, 1, "accumulation steps per update", "update", "train", "update", "accum_steps", True),
-        (1, 2, "validation accuracy (%)", "epochs (training sentences seen / 15,100)", "valid", "epochs",
+        (1, 2, "validation accuracy (%)", f"epochs (training sentences seen / {train_sentences:,})", "valid", "epochs",
          "accuracy", False),
     ]
     for row, column, title, xlabel, records, x, y, as_only in panels:
@@ -174,20 +200,30 @@ def plot(results: dict[str, list[dict]], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "clinc150",
-                        help="folder for data, runs, table and plots")
+    parser.add_argument("--out", type=Path, help="folder for data, runs, table and plots (default: "
+                        "benchmarks/results/clinc150, or clinc150_NAME for --hf-model-dir .../NAME)")
     parser.add_argument("--clinc-json", type=Path, default=DEFAULT_JSON, help="CLINC150 data_full.json")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
     parser.add_argument("--full", action="store_true", help="larger encoder, 20 epochs (hours on a CPU)")
-    parser.add_argument("--epochs", type=int, help="train this many epochs (default: 6, --full: 20)")
-    parser.add_argument("--lr", default="0.001")
-    parser.add_argument("--batch-size", default="64", help="sentences per micro-batch")
+    parser.add_argument("--hf-model-dir", type=Path, help="fine-tune this pretrained Hugging Face encoder "
+                        "(a save_pretrained folder) instead of training text_encoder from scratch")
+    parser.add_argument("--epochs", type=int, help="train this many epochs (default: 6, --full: 20, "
+                        "--hf-model-dir: 3)")
+    parser.add_argument("--lr", type=float, help="peak learning rate (default: 0.001, --hf-model-dir: 5e-5)")
+    parser.add_argument("--batch-size", type=int, help="sentences per micro-batch (default: 64, --hf-model-dir: 32)")
     parser.add_argument("--validate-every", default="50", help="validate every N updates (and at each epoch end)")
     parser.add_argument("--fresh", action="store_true", help="re-run runs that already have results")
     args = parser.parse_args(argv)
     if "softmax" not in args.methods:
         parser.error("the table is relative to softmax: keep it in --methods")
+    if args.hf_model_dir and args.full:
+        parser.error("--full is the larger from-scratch encoder; --hf-model-dir fine-tunes a pretrained one")
+    if args.hf_model_dir and not (args.hf_model_dir / "config.json").is_file():
+        parser.error(f"--hf-model-dir {args.hf_model_dir}: no config.json there (a save_pretrained folder; "
+                     "scripts/extract_minilm.py writes MiniLM's)")
+    args.out = args.out or ROOT / "benchmarks" / "results" / (
+        f"clinc150_{args.hf_model_dir.resolve().name}" if args.hf_model_dir else "clinc150")
     data = prepare(args)
     results: dict[str, list[dict]] = {m: [] for m in args.methods}
     jobs = [(m, s) for s in args.seeds for m in args.methods]  # interleaved: machine noise hits every method
@@ -200,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     summary = [{"method": r["method"], "seed": r["seed"], "test_accuracy": r["test_accuracy"],
                 "test_macro_f1": r["test_macro_f1"], "best_valid": best(r)} for runs in results.values() for r in runs]
     (args.out / "runs.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    plot(results, args.out / "curves.png")
+    plot(results, args.out / "curves.png", args.train_sentences)
     print(f"wrote {args.out / 'results.md'} and {args.out / 'curves.png'}")
 
 
