@@ -3,13 +3,17 @@
 They keep the layout of fairseq's ``RobertaClassificationHead`` (``dense`` → tanh → ``out_proj``, with
 dropout), so RoBERTa's checkpoint code (``upgrade_state_dict_named``) recognises them, and they sit in
 the model's ``classification_heads`` like RoBERTa's own. Sentence-level heads read the first token
-(``<s>``, which the task prepends); token-level heads score every position.
+(``<s>``, which the task prepends); token-level heads score every position. ``EncoderWithHeads`` is
+what the plugin's encoders for that task share.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from fairseq.models import BaseFairseqModel
 from torch import Tensor, nn
+
+from ..options import add_checked_args
 
 
 def scaled_cosine(features: Tensor, weight: Tensor, scale: float) -> Tensor:
@@ -52,3 +56,36 @@ class ClassificationHead(nn.Module):
         x = features if self.token_level else features[:, 0, :]
         x = torch.tanh(self.dense(self.dropout(x)))
         return self.out_proj(self.dropout(x))
+
+
+class EncoderWithHeads(BaseFairseqModel):
+    """What the task's own encoders share (``text_encoder``, ``hf_encoder``): the ``classification_heads`` the
+    task fills, the width of their features, the longest input, checked options from the dataclass
+    ``config`` (a class attribute), and RoBERTa's ``forward`` contract. Subclasses implement ``features``."""
+
+    config: type
+
+    def __init__(self, feature_dim: int, max_positions: int):
+        super().__init__()
+        self.feature_dim, self.max_source_positions = feature_dim, max_positions
+        self.classification_heads = nn.ModuleDict()
+
+    @classmethod
+    def add_args(cls, parser):
+        # fairseq builds model options without defaults (architectures fill them in later)
+        add_checked_args(parser, cls.config(), delete_default=True)
+
+    def max_positions(self) -> int:
+        return self.max_source_positions
+
+    def features(self, src_tokens: Tensor) -> Tensor:
+        """``(B, T)`` tokens → ``(B, T, feature_dim)`` features (padding positions included)."""
+        raise NotImplementedError
+
+    def forward(self, src_tokens: Tensor, classification_head_name: str | None = None, **unused):
+        """The features, like RoBERTa's ``features_only`` output; with ``classification_head_name`` that
+        head's logits instead."""
+        x = self.features(src_tokens)
+        if classification_head_name is not None:
+            x = self.classification_heads[classification_head_name](x)
+        return x, {}

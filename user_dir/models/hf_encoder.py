@@ -16,11 +16,12 @@ from pathlib import Path
 
 import torch
 from fairseq.dataclass import FairseqDataclass
-from fairseq.models import BaseFairseqModel, register_model
+from fairseq.models import register_model
 from omegaconf import MISSING
 from torch import Tensor, nn
 
-from ..options import UsageError, add_checked_args, validate
+from ..options import UsageError, validate
+from .heads import EncoderWithHeads
 
 
 @dataclass
@@ -69,18 +70,14 @@ def hf_ids(dictionary, tokenizer) -> Tensor:
 
 
 @register_model("hf_encoder", dataclass=HFEncoderConfig)
-class HFEncoderModel(BaseFairseqModel):
+class HFEncoderModel(EncoderWithHeads):
+    config = HFEncoderConfig
+
     def __init__(self, encoder: nn.Module, to_hf: Tensor, padding_idx: int, max_positions: int):
-        super().__init__()
+        super().__init__(encoder.config.hidden_size, max_positions)
         self.encoder = encoder
         self.register_buffer("to_hf", to_hf, persistent=False)
-        self.padding_idx, self.max_source_positions = padding_idx, max_positions
-        self.feature_dim = encoder.config.hidden_size
-        self.classification_heads = nn.ModuleDict()
-
-    @classmethod
-    def add_args(cls, parser):
-        add_checked_args(parser, HFEncoderConfig(), delete_default=True)
+        self.padding_idx = padding_idx
 
     @classmethod
     def build_model(cls, cfg: HFEncoderConfig, task):
@@ -91,14 +88,6 @@ class HFEncoderModel(BaseFairseqModel):
         return cls(encoder, hf_ids(dictionary, tokenizer), dictionary.pad(),
                    min(tokenizer.model_max_length, encoder.config.max_position_embeddings))
 
-    def max_positions(self) -> int:
-        return self.max_source_positions
-
-    def forward(self, src_tokens: Tensor, classification_head_name: str | None = None, **unused):
-        """``(B, T)`` fairseq tokens → ``(B, T, hidden)`` encoder features, like RoBERTa's ``features_only``
-        output; with ``classification_head_name`` that head's logits instead."""
-        x = self.encoder(input_ids=self.to_hf[src_tokens], attention_mask=src_tokens.ne(self.padding_idx)
-                         ).last_hidden_state
-        if classification_head_name is not None:
-            x = self.classification_heads[classification_head_name](x)
-        return x, {}
+    def features(self, src_tokens: Tensor) -> Tensor:
+        mask = src_tokens.ne(self.padding_idx)
+        return self.encoder(input_ids=self.to_hf[src_tokens], attention_mask=mask).last_hidden_state

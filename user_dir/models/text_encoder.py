@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 
 import torch
 from fairseq.dataclass import FairseqDataclass
-from fairseq.models import BaseFairseqModel, register_model
+from fairseq.models import register_model
 from torch import Tensor, nn
 
-from ..options import UsageError, add_checked_args, at_least, in_range, validate
+from ..options import UsageError, at_least, in_range, validate
+from .heads import EncoderWithHeads
 
 
 @dataclass
@@ -35,13 +36,13 @@ class TextEncoderConfig(FairseqDataclass):
 
 
 @register_model("text_encoder", dataclass=TextEncoderConfig)
-class TextEncoderModel(BaseFairseqModel):
+class TextEncoderModel(EncoderWithHeads):
+    config = TextEncoderConfig
+
     def __init__(self, cfg: TextEncoderConfig, dictionary):
-        super().__init__()
         dim = cfg.encoder_embed_dim
+        super().__init__(dim, cfg.max_positions)
         self.padding_idx = dictionary.pad()
-        self.max_source_positions = cfg.max_positions
-        self.feature_dim = dim
         self.embed_tokens = nn.Embedding(len(dictionary), dim, padding_idx=self.padding_idx)
         self.embed_positions = nn.Embedding(cfg.max_positions, dim)
         nn.init.normal_(self.embed_tokens.weight, std=dim**-0.5)
@@ -51,12 +52,6 @@ class TextEncoderModel(BaseFairseqModel):
                                            activation="gelu", batch_first=True, norm_first=True)
         self.layers = nn.TransformerEncoder(layer, cfg.encoder_layers, enable_nested_tensor=False)
         self.layer_norm = nn.LayerNorm(dim)
-        self.classification_heads = nn.ModuleDict()
-
-    @classmethod
-    def add_args(cls, parser):
-        # fairseq builds model options without defaults (architectures fill them in later)
-        add_checked_args(parser, TextEncoderConfig(), delete_default=True)
 
     @classmethod
     def build_model(cls, cfg: TextEncoderConfig, task):
@@ -66,15 +61,7 @@ class TextEncoderModel(BaseFairseqModel):
                              f"--encoder-embed-dim {cfg.encoder_embed_dim}")
         return cls(cfg, task.source_dictionary)
 
-    def max_positions(self) -> int:
-        return self.max_source_positions
-
-    def forward(self, src_tokens: Tensor, classification_head_name: str | None = None, **unused):
-        """``(B, T)`` tokens → ``(B, T, D)`` features (padding positions included), like RoBERTa's
-        ``features_only`` output; with ``classification_head_name`` that head's logits instead."""
+    def features(self, src_tokens: Tensor) -> Tensor:
         positions = torch.arange(src_tokens.size(1), device=src_tokens.device)
         x = self.dropout(self.embed_tokens(src_tokens) + self.embed_positions(positions))
-        x = self.layer_norm(self.layers(x, src_key_padding_mask=src_tokens.eq(self.padding_idx)))
-        if classification_head_name is not None:
-            x = self.classification_heads[classification_head_name](x)
-        return x, {}
+        return self.layer_norm(self.layers(x, src_key_padding_mask=src_tokens.eq(self.padding_idx)))
