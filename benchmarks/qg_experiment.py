@@ -27,8 +27,10 @@ method gets a choice the others lack). The curves are the valid set's softmax cr
     python benchmarks/qg_experiment.py                      # 12 runs, ~2 hours on 2 CPU cores
     python benchmarks/qg_experiment.py --scale gpu          # transformer-base size, on a GPU
 
-Data, logs and per-run results go to OUT/work (not committed); runs found there are reused, ``--fresh``
-re-runs them. OUT gets ``results.md`` (table and command), ``runs.json`` (per-run scores) and
+Data, logs and per-run results go to OUT/work; runs found there (a ``result.json``) are reused, ``--fresh``
+re-runs them. Each run's ``result.json`` and ``train.log`` are committed with the default OUT's table, so
+seeds can be added without re-running the others; the data (re-made identically from Du's files) and the
+predictions are not. OUT gets ``results.md`` (table and command), ``runs.json`` (per-run scores) and
 ``curves.png``.
 """
 from __future__ import annotations
