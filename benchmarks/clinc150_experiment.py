@@ -95,6 +95,15 @@ def prepare(args) -> Path:
     return data / "data-bin"
 
 
+def validations(args) -> list:
+    """Validate every N updates and save there too: fairseq keeps checkpoint_best.pt only when it saves, so
+    validating alone would test the best *epoch-end* checkpoint, not the best validation. Only the newest
+    mid-epoch checkpoint is kept, without optimizer state (the runs are never resumed)."""
+    every = args.validate_every or setting(args)["validate_every"]
+    return ["--validate-interval-updates", every, "--save-interval-updates", every, "--keep-interval-updates", "1",
+            "--no-epoch-checkpoints", "--no-last-checkpoints", "--no-save-optimizer-state"]
+
+
 def train_and_test(args, data: Path, method: str, seed: int) -> dict:
     """One run: its test scores (cached in result.json) and its curves (read from its training log)."""
     folder = args.out / "work" / f"{method}-seed{seed}"
@@ -106,9 +115,7 @@ def train_and_test(args, data: Path, method: str, seed: int) -> dict:
              *method_flags(args, method), "--seed", seed, "--cpu", *schedule(args),
              "--batch-size", args.batch_size or setting(args)["batch"], "--batch-size-valid", "512",
              "--max-epoch", args.epochs or setting(args)["epochs"],
-             "--validate-interval-updates", args.validate_every or setting(args)["validate_every"],
-             "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
-             "--no-epoch-checkpoints", "--no-last-checkpoints",
+             *validations(args), "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
              "--save-dir", folder / "checkpoints", "--log-format", "json", "--log-interval", "1",
              "--num-workers", "0"], train_log)
         test = json_records(run([BIN / "fairseq-validate", data, "--user-dir", ROOT / "user_dir", "--task",
