@@ -140,19 +140,19 @@ def mask_coverage(data: Path, allowed: set[str]) -> tuple[float, float]:
     return sum(map(sum, kept)) / sum(map(len, kept)), sum(map(all, kept)) / len(questions)
 
 
-def coverage_text(data: Path, count: int) -> str:
-    allowed = set(question_pieces(data, count))
+def coverage_text(data: Path, allowed: list[str]) -> str:
     lines = [f"the sentence's pieces{extra}: {pieces:.1%} of the valid questions' pieces, {whole:.1%} of them whole"
              for extra, (pieces, whole) in ((" only", mask_coverage(data, set())),
-                                            (f" and the {count} question pieces", mask_coverage(data, allowed)))]
+                                            (f" and the {len(allowed)} question pieces",
+                                             mask_coverage(data, set(allowed))))]
     return "What the source mask allows (valid split):\n\n" + "\n".join(f"- {line}" for line in lines)
 
 
 def decode(args, data: Path, checkpoint: Path, decoding: str, folder: Path) -> Path:
     """One decoding of the distinct test sentences, given to every test example: Du's test order."""
     flags = DECODINGS[decoding]
-    if "--source-vocab-mask" in flags and args.question_pieces:
-        flags = [*flags, "--source-vocab-allow", " ".join(question_pieces(data, args.question_pieces))]
+    if "--source-vocab-mask" in flags and args.allowed:
+        flags = [*flags, "--source-vocab-allow", " ".join(args.allowed)]
     output = run([BIN / "fairseq-generate", data, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq",
                   "--path", checkpoint, "--gen-subset", "test", *flags, "--batch-size", "128",
                   "--max-len-b", "50", "--post-process", "sentencepiece",
@@ -285,6 +285,7 @@ def main(argv: list[str] | None = None) -> None:
         data = prepare(args)
     except ValueError as err:
         parser.error(str(err))
+    args.allowed = question_pieces(data, args.question_pieces)
     results: dict[str, list[dict]] = {m: [] for m in args.methods}
     jobs = [(m, s) for s in args.seeds for m in args.methods]  # interleaved: machine noise hits every method
     for method, seed in tqdm(jobs, desc="training runs", unit="run"):
@@ -293,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     text = (f"`{command.strip()}`\n\nTest BLEU / ROUGE-L (%), grouped by source sentence (Du et al.), mean ± sd "
             f"over seeds {args.seeds}:\n\n{table(results, 'grouped')}\n\nPer example (UniLM):\n\n"
             f"{table(results, 'per example')}\n\nTraining:\n\n{training_table(results)}\n\n"
-            f"{coverage_text(data, args.question_pieces)}\n")
+            f"{coverage_text(data, args.allowed)}\n")
     print(text)
     (args.out / "results.md").write_text(text, encoding="utf-8")
     runs = [{"method": r["method"], "seed": r["seed"], "scores": r["scores"], "final_valid_nll": r["valid"][-1]["nll"],
