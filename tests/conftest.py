@@ -1,11 +1,14 @@
 """Shared fixtures: a tiny toy corpus binarised once per session, and a runner for the real CLIs."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,10 +81,26 @@ def train_two_ranks(*args) -> list[str]:
                "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn",
                "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
     procs = [subprocess.Popen(command + ["--distributed-rank", str(r)], cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True) for r in (0, 1)]
+    outputs = [stdout for stdout, _ in wait_or_kill(procs, timeout=300)]
     assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     return outputs
+
+
+def wait_or_kill(procs: list[subprocess.Popen], timeout: float) -> list[tuple[str, str | None]]:
+    """Each process's (stdout, stderr) once all have exited. Past ``timeout`` seconds in all, every process's
+    group is killed before the timeout is raised: the processes are started with ``start_new_session=True``, so
+    the training jobs a script of theirs started die with it instead of running on and slowing the rest of
+    the suite (killing the script alone leaves them orphaned)."""
+    deadline = time.monotonic() + timeout
+    try:
+        return [p.communicate(timeout=max(0.0, deadline - time.monotonic())) for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+        raise
 
 
 def json_logs(output: str | subprocess.CompletedProcess, tag: str) -> list[dict]:
