@@ -47,14 +47,14 @@ METHODS = {
                             "--as-speed-lambda", "1.0", "--as-speed-max-steps", "4"],
 }
 SETTINGS = {  # from scratch: our small encoder, adam at 1e-3, constant rate
-    "default": {"epochs": 6, "batch": 64, "lr": 0.001, "validate_every": 50,
+    "default": {"epochs": 6, "batch_size": 64, "lr": 0.001, "validate_every": 50,
                 "model": ["--arch", "text_encoder", "--encoder-layers", "2", "--encoder-embed-dim", "128",
                           "--encoder-ffn-embed-dim", "256", "--dropout", "0.1"]},
-    "full": {"epochs": 20, "batch": 64, "lr": 0.001, "validate_every": 50,
+    "full": {"epochs": 20, "batch_size": 64, "lr": 0.001, "validate_every": 50,
              "model": ["--arch", "text_encoder", "--encoder-layers", "4", "--encoder-embed-dim", "256",
                        "--encoder-ffn-embed-dim", "1024", "--dropout", "0.1"]},
     # + --hf-model-dir; a validation through the pretrained encoder costs more, so fewer (about 5 an epoch)
-    "pretrained": {"epochs": 3, "batch": 32, "lr": 5e-5, "validate_every": 100, "as_warmup_ratio": 0.1,
+    "pretrained": {"epochs": 3, "batch_size": 32, "lr": 5e-5, "validate_every": 100, "as_warmup_ratio": 0.1,
                    "model": ["--arch", "hf_encoder"]},
 }
 
@@ -75,10 +75,10 @@ def schedule(args) -> list[str]:
     weight decay 0.01, 10 % linear warm-up, then linear decay to 0 at the last update, which ends training:
     fairseq's batches per epoch may differ from sentences / batch size)."""
     if not args.hf_model_dir:
-        return ["--optimizer", "adam", "--lr", args.lr or setting(args)["lr"]]
-    updates = (args.epochs or setting(args)["epochs"]) * math.ceil(args.train_sentences / (args.batch_size or 32))
+        return ["--optimizer", "adam", "--lr", args.lr]
+    updates = args.epochs * math.ceil(args.train_sentences / args.batch_size)
     return ["--optimizer", "adam", "--adam-betas", "(0.9, 0.999)", "--weight-decay", "0.01",
-            "--lr", args.lr or setting(args)["lr"], "--lr-scheduler", "polynomial_decay",
+            "--lr", args.lr, "--lr-scheduler", "polynomial_decay",
             "--warmup-updates", max(1, updates // 10), "--total-num-update", updates, "--max-update", updates]
 
 
@@ -99,9 +99,9 @@ def validations(args) -> list:
     """Validate every N updates and save there too: fairseq keeps checkpoint_best.pt only when it saves, so
     validating alone would test the best *epoch-end* checkpoint, not the best validation. Only the newest
     mid-epoch checkpoint is kept, without optimizer state (the runs are never resumed)."""
-    every = args.validate_every or setting(args)["validate_every"]
-    return ["--validate-interval-updates", every, "--save-interval-updates", every, "--keep-interval-updates", "1",
-            "--no-epoch-checkpoints", "--no-last-checkpoints", "--no-save-optimizer-state"]
+    return ["--validate-interval-updates", args.validate_every, "--save-interval-updates", args.validate_every,
+            "--keep-interval-updates", "1", "--no-epoch-checkpoints", "--no-last-checkpoints",
+            "--no-save-optimizer-state"]
 
 
 def train_and_test(args, data: Path, method: str, seed: int) -> dict:
@@ -113,8 +113,7 @@ def train_and_test(args, data: Path, method: str, seed: int) -> dict:
         run([BIN / "fairseq-train", data, "--user-dir", ROOT / "user_dir", "--task", "text_classification",
              *setting(args)["model"], *(["--hf-model-dir", args.hf_model_dir] if args.hf_model_dir else []),
              *method_flags(args, method), "--seed", seed, "--cpu", *schedule(args),
-             "--batch-size", args.batch_size or setting(args)["batch"], "--batch-size-valid", "512",
-             "--max-epoch", args.epochs or setting(args)["epochs"],
+             "--batch-size", args.batch_size, "--batch-size-valid", "512", "--max-epoch", args.epochs,
              *validations(args), "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
              "--save-dir", folder / "checkpoints", "--log-format", "json", "--log-interval", "1",
              "--num-workers", "0"], train_log)
@@ -188,8 +187,8 @@ def differences(results: dict[str, list[dict]]) -> str:
     softmax = {r["seed"]: r["test_accuracy"] for r in results["softmax"]}
     lines = ["Test accuracy minus softmax's on the same seed (mean ± sd over seeds):", ""]
     for method, runs in results.items():
-        paired = [r["test_accuracy"] - softmax[r["seed"]] for r in runs if r["seed"] in softmax]
         if method != "softmax":
+            paired = [r["test_accuracy"] - softmax[r["seed"]] for r in runs if r["seed"] in softmax]
             lines.append(f"- {method}: {mean_sd(paired)} ({len(paired)} seeds)")
     return "\n".join(lines)
 
@@ -253,6 +252,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.hf_model_dir and not (args.hf_model_dir / "config.json").is_file():
         parser.error(f"--hf-model-dir {args.hf_model_dir}: no config.json there (a save_pretrained folder; "
                      "scripts/extract_minilm.py writes MiniLM's)")
+    for option in ("epochs", "batch_size", "lr", "validate_every"):  # the setting's value where none was given
+        if getattr(args, option) is None:
+            setattr(args, option, setting(args)[option])
     args.out = args.out or ROOT / "benchmarks" / "results" / (
         f"clinc150_{args.hf_model_dir.resolve().name}" if args.hf_model_dir else "clinc150")
     data = prepare(args)
