@@ -80,27 +80,29 @@ def train_two_ranks(*args) -> list[str]:
     command = [str(BIN / "fairseq-train"), *map(str, args), "--distributed-world-size", "2",
                "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn",
                "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
-    procs = [subprocess.Popen(command + ["--distributed-rank", str(r)], cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True) for r in (0, 1)]
-    outputs = [stdout for stdout, _ in wait_or_kill(procs, timeout=300)]
-    assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    ranks = run_together([command + ["--distributed-rank", str(r)] for r in (0, 1)], timeout=300, cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    outputs = [rank.stdout for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     return outputs
 
 
-def wait_or_kill(procs: list[subprocess.Popen], timeout: float) -> list[tuple[str, str | None]]:
-    """Each process's (stdout, stderr) once all have exited. Past ``timeout`` seconds in all, every process's
-    group is killed before the timeout is raised: the processes are started with ``start_new_session=True``, so
-    the training jobs a script of theirs started die with it instead of running on and slowing the rest of
-    the suite (killing the script alone leaves them orphaned)."""
+def run_together(commands: list[list[str]], timeout: float, **popen) -> list[subprocess.CompletedProcess]:
+    """Run the commands at once (text mode; ``popen`` as for ``subprocess.Popen``), each in a session of its
+    own, and wait for all. Past ``timeout`` seconds in all, every session is killed before the timeout is
+    raised, so the training jobs a command started die with it instead of running on and slowing the rest of
+    the suite (``subprocess.run``'s timeout kills the command alone and leaves them orphaned)."""
+    procs = [subprocess.Popen(command, text=True, start_new_session=True, **popen) for command in commands]
     deadline = time.monotonic() + timeout
     try:
-        return [p.communicate(timeout=max(0.0, deadline - time.monotonic())) for p in procs]
+        outputs = [p.communicate(timeout=max(0.0, deadline - time.monotonic())) for p in procs]
     except subprocess.TimeoutExpired:
         for p in procs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
             p.communicate()
         raise
+    return [subprocess.CompletedProcess(p.args, p.returncode, out, err) for p, (out, err) in zip(procs, outputs)]
 
 
 def json_logs(output: str | subprocess.CompletedProcess, tag: str) -> list[dict]:

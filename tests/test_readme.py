@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, wait_or_kill
+from conftest import ROOT, run_together
 
 README = ROOT / "README.md"
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -180,11 +180,10 @@ def test_readme_commands_run_as_printed(sandbox):
             continue
         script = sandbox / f".block-{line}.sh"
         script.write_text("set -euo pipefail\n" + scaled(block) + "\n", encoding="utf-8")
-        proc = subprocess.Popen(["bash", str(script)], cwd=sandbox, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
-        stdout, stderr = wait_or_kill([proc], timeout=900)[0]
+        proc = run_together([["bash", str(script)]], timeout=900, cwd=sandbox, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)[0]
         assert proc.returncode == 0, (f"README.md line {line}: the block failed ({proc.returncode}):\n{block}\n"
-                                      f"--- stdout\n{stdout[-3000:]}\n--- stderr\n{stderr[-5000:]}")
+                                      f"--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-5000:]}")
         ran += 1
     assert ran >= 10
     # What the reader gets at the end: scores for both tasks, every test sentence decoded.
@@ -195,10 +194,9 @@ def test_readme_commands_run_as_printed(sandbox):
 def test_a_block_past_its_timeout_takes_its_jobs_with_it(tmp_path):
     """Killing only the block's bash would leave the training it started running through the rest of the suite."""
     pid_file = tmp_path / "job.pid"
-    proc = subprocess.Popen(["bash", "-c", f"sleep 600 > /dev/null 2>&1 & echo $! > {pid_file}; wait"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     with pytest.raises(subprocess.TimeoutExpired):
-        wait_or_kill([proc], timeout=2)
+        run_together([["bash", "-c", f"sleep 600 > /dev/null 2>&1 & echo $! > {pid_file}; wait"]], timeout=2,
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     job = int(pid_file.read_text())
     stat = Path(f"/proc/{job}/stat")
     for _ in range(50):  # a killed orphan may linger a moment as a zombie until it is reaped
