@@ -35,7 +35,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from measure import BIN, ROOT, json_records, mean_sd, run
+from measure import BIN, ROOT, json_records, mean_sd, paired_difference, run
 
 DEFAULT_JSON = ROOT.parent / "shared" / "data" / "clinc150" / "data_full.json"
 
@@ -182,15 +182,13 @@ def table(results: dict[str, list[dict]]) -> str:
 
 
 def differences(results: dict[str, list[dict]]) -> str:
-    """Each method's test accuracy minus softmax's on the same seed, mean ± sd over the seeds both ran: the seed
-    fixes the head's initialisation and the batch order, so the paired difference is the one to read."""
-    softmax = {r["seed"]: r["test_accuracy"] for r in results["softmax"]}
-    lines = ["Test accuracy minus softmax's on the same seed (mean ± sd over seeds):", ""]
-    for method, runs in results.items():
-        if method != "softmax":
-            paired = [r["test_accuracy"] - softmax[r["seed"]] for r in runs if r["seed"] in softmax]
-            lines.append(f"- {method}: {mean_sd(paired)} ({len(paired)} seeds)")
-    return "\n".join(lines)
+    """Each method's test accuracy minus softmax's on the same seed."""
+    def accuracy(runs: list[dict]) -> dict[int, float]:
+        return {r["seed"]: r["test_accuracy"] for r in runs}
+
+    return "\n".join(["Test accuracy minus softmax's on the same seed (mean ± sd over seeds):", ""] + [
+        f"- {method}: {paired_difference(accuracy(runs), accuracy(results['softmax']))}"
+        for method, runs in results.items() if method != "softmax"])
 
 
 def plot(results: dict[str, list[dict]], path: Path, train_sentences: int) -> None:

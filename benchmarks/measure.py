@@ -51,6 +51,13 @@ def mean_sd(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {sd:.2f}"
 
 
+def paired_difference(values: dict[int, float], baseline: dict[int, float]) -> str:
+    """``values`` minus ``baseline`` on the same seed (both keyed by seed), mean ± sd over the seeds both have, and
+    how many: the seed fixes initialisation and data order, so the paired difference is the one to read."""
+    differences = [value - baseline[seed] for seed, value in values.items() if seed in baseline]
+    return f"{mean_sd(differences)} ({len(differences)} seeds)"
+
+
 def json_records(text: str, tag: str) -> list[dict]:
     """fairseq's ``--log-format json`` records of one kind (train_inner, valid, ...), without the
     ``valid_`` / ``test_`` prefix fairseq puts on the keys of validation records."""
