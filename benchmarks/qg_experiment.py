@@ -46,7 +46,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from measure import BIN, ROOT, json_records, mean_sd, pyplot, run, transformer_size
+from measure import BIN, ROOT, json_records, mean_sd, paired_difference, pyplot, run, transformer_size
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from scoring.inputs import parse_fairseq_output  # noqa: E402
@@ -220,6 +220,26 @@ def table(results: dict[str, list[dict]], way: str) -> str:
     return "\n".join(rows)
 
 
+def differences(results: dict[str, list[dict]]) -> str:
+    """Grouped BLEU-4 and ROUGE-L differences paired by seed: each method minus cross-entropy at every decoding,
+    and what the top-5 mask changes for each method (its masked beam 5 minus its plain beam 5)."""
+    def grouped(runs: list[dict], decoding: str, name: str) -> dict[int, float]:
+        return {r["seed"]: r["scores"][decoding]["grouped"][name] for r in runs}
+
+    def cells(runs: list[dict], decoding: str, base_runs: list[dict], base_decoding: str) -> str:
+        return " | ".join(paired_difference(grouped(runs, decoding, name), grouped(base_runs, base_decoding, name))
+                          for name in ("BLEU-4", "ROUGE-L"))
+
+    rows = ["| difference | decoding | BLEU-4 | ROUGE-L |", "|---|---|---|---|"]
+    base = results.get("cross_entropy")
+    if base:
+        rows += [f"| {method} − cross_entropy | {decoding} | {cells(runs, decoding, base, decoding)} |"
+                 for method, runs in results.items() if method != "cross_entropy" for decoding in DECODINGS]
+    rows += [f"| {method}: top-5 mask − plain | beam 5 | {cells(runs, 'beam 5, top-5 mask', runs, 'beam 5')} |"
+             for method, runs in results.items()]
+    return "\n".join(rows)
+
+
 def training_table(results: dict[str, list[dict]]) -> str:
     rows = ["| method | final valid nll (base 2) | s of training (fairseq's wall) |", "|---|---|---|"]
     for method, runs in results.items():
@@ -293,7 +313,8 @@ def main(argv: list[str] | None = None) -> None:
     command = "python benchmarks/qg_experiment.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = (f"`{command.strip()}`\n\nTest BLEU / ROUGE-L (%), grouped by source sentence (Du et al.), mean ± sd "
             f"over seeds {args.seeds}:\n\n{table(results, 'grouped')}\n\nPer example (UniLM):\n\n"
-            f"{table(results, 'per example')}\n\nTraining:\n\n{training_table(results)}\n\n"
+            f"{table(results, 'per example')}\n\nGrouped, paired by seed (mean ± sd of the per-seed differences):\n\n"
+            f"{differences(results)}\n\nTraining:\n\n{training_table(results)}\n\n"
             f"{coverage_text(data, args.allowed)}\n")
     print(text)
     (args.out / "results.md").write_text(text, encoding="utf-8")
