@@ -48,6 +48,32 @@ def bert(tmp_path_factory) -> Path:
     return write_tiny_bert(tmp_path_factory.mktemp("hf") / "tiny-bert")
 
 
+def write_tiny_roberta(folder: Path) -> Path:
+    """A 2-layer, 32-wide RoBERTa with random weights and a byte-level BPE learnt from a few of the test
+    words (so that some words are whole tokens and the others are spelt in pieces): the other family of
+    tokenizer, which marks a word start on the word's first token (``Ġ``) rather than its later ones."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    folder.mkdir(parents=True)
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([" ".join(WHOLE)] * 5, vocab_size=330, special_tokens=["<s>", "<pad>", "</s>", "<unk>"])
+    bpe.save_model(str(folder))
+    tokenizer = transformers.RobertaTokenizerFast(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"),
+                                                  model_max_length=62)
+    torch.manual_seed(0)
+    config = transformers.RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+                                        pad_token_id=tokenizer.pad_token_id)
+    transformers.RobertaModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def roberta(tmp_path_factory) -> Path:
+    return write_tiny_roberta(tmp_path_factory.mktemp("hf") / "tiny-roberta")
+
+
 def prepare(root: Path, bert: Path, *flags) -> Path:
     rng = random.Random(7)
     for split, n in (("train", 300), ("valid", 60), ("test", 50)):
@@ -148,6 +174,36 @@ def test_conll_labels_sit_on_each_words_first_token_and_train(bert, tmp_path):
     assert any("X" in line.split() for line in labels)
     out = train(data, bert, tmp_path / "ckpt", "--token-level", "--criterion", "sparse_softmax", "--sparse-topk", "3",
                 updates=20)
+    assert all(math.isfinite(float(r["loss"])) for r in json_logs(out, "train_inner"))
+    assert "valid_entity_f1" in json_logs(out, "valid")[-1]
+
+
+def test_roberta_sentences_get_its_ids_and_conll_words_keep_their_boundaries(roberta, tmp_path):
+    """Byte-level BPE: a sentence gets exactly ``tokenizer(line)``'s ids; a CoNLL line's words are each
+    marked as a word start (``Ġ``), its tags sit on those marks and nowhere else, and the tokens spell the
+    line back; a short token-level fine-tune of the RoBERTa runs on it."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(roberta)
+    sentences = prepare(tmp_path, roberta)
+    texts = (sentences / "valid.input0").read_text(encoding="utf-8").splitlines()
+    assert encoder_ids(sentences, roberta, "valid") == [tokenizer(text)["input_ids"] for text in texts]
+
+    rng = random.Random(4)
+    for split, n in (("train", 60), ("valid", 10), ("test", 10)):
+        _conll(tmp_path / f"{split}.txt", rng, n)
+    data = tmp_path / "conll"
+    run_script("data-prep/prepare_conll.py", data, "--hf-tokenizer", roberta,
+               *(x for s in SPLITS for x in (f"--{s}", tmp_path / f"{s}.txt")))
+    lines = zip(*((data / f"train.{kind}").read_text(encoding="utf-8").splitlines()
+                  for kind in ("input0", "word_label", "hf.input0", "label")))
+    for words, tags, tokens, labels in lines:
+        starts = [k for k, token in enumerate(tokens.split()) if token.startswith("Ġ")]
+        assert [k for k, label in enumerate(labels.split()) if label != "X"] == starts
+        assert [labels.split()[k] for k in starts] == tags.split() and len(starts) == len(words.split())
+        assert tokenizer.convert_tokens_to_string(tokens.split()) == " " + words
+    pieces = (data / "train.hf.input0").read_text(encoding="utf-8").split()
+    assert any(not piece.startswith("Ġ") for piece in pieces)  # some words are split: the check means something
+    out = train(data, roberta, tmp_path / "ckpt", "--token-level", "--criterion", "sparse_softmax",
+                "--sparse-topk", "3", updates=20)
     assert all(math.isfinite(float(r["loss"])) for r in json_logs(out, "train_inner"))
     assert "valid_entity_f1" in json_logs(out, "valid")[-1]
 

@@ -8,7 +8,9 @@ SEP, the encoder sees exactly the ids ``tokenizer(line)`` gives: every line is c
 
 Inputs longer than the model's maximum length are cut to it, and counted (``truncated`` in the summary);
 token-level data (CoNLL) gets its labels from the tokenizer's word alignment: a word's first token has the
-word's tag, its other tokens the ignored label.
+word's tag, its other tokens the ignored label. Its words are tokenised as running text would be, each one
+marked as a word start (byte-level BPE such as RoBERTa's is loaded with ``add_prefix_space``, as Hugging Face
+does for token classification; without it the words would run together), and every line is checked for that.
 """
 from __future__ import annotations
 
@@ -45,14 +47,16 @@ def _no_config(folder: Path) -> str:
             "model's save_pretrained; nothing is downloaded)")
 
 
-def load(folder: Path):
-    """The folder's tokenizer, and the longest input its model takes (special tokens included)."""
+def load(folder: Path, words: bool = False):
+    """The folder's tokenizer, and the longest input its model takes (special tokens included); ``words``:
+    for input already split into words, each of which starts a word (see the module doc)."""
     import transformers
 
     if not (folder / "config.json").is_file():
         raise PrepError(_no_config(folder))
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True,
+                                                               **({"add_prefix_space": True} if words else {}))
         config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError) as err:
         raise PrepError(f"--hf-tokenizer {folder}: cannot load its tokenizer ({str(err).strip().splitlines()[0]})"
@@ -77,7 +81,7 @@ def write_dictionary(tokenizer, path: Path) -> Path:
 def encode_splits(out: Path, splits: list[str], folder: Path, token_level: bool) -> dict:
     """``{split}.input0`` → ``{split}.hf.input0`` (and, ``token_level``, ``{split}.word_label`` →
     ``{split}.label``) for every split; returns the summary entries, as the sentencepiece path does."""
-    tokenizer, longest = load(folder)
+    tokenizer, longest = load(folder, words=token_level)
     dictionary = write_dictionary(tokenizer, out / "dict.txt")
     lines, truncated, unknown = {}, {}, {}
     for split in splits:
@@ -125,7 +129,12 @@ def _encode_words(tokenizer, room: int, out: Path, split: str) -> tuple[int, int
             open(out / f"{split}.label", "w", encoding="utf-8") as labels:
         for batch in _batches(out / f"{split}.input0"):
             encoded = tokenizer([line.split() for line in batch], is_split_into_words=True, add_special_tokens=False)
-            for i, ids in enumerate(encoded["input_ids"]):
+            running = tokenizer([" ".join(line.split()) for line in batch], add_special_tokens=False)["input_ids"]
+            for i, (ids, as_text) in enumerate(zip(encoded["input_ids"], running)):
+                if ids != as_text:
+                    raise PrepError(f"{out / f'{split}.input0'}:{lines + i + 1}: the tokenizer gives its words other "
+                                    "tokens than it gives the same line as text, so the words' boundaries would be "
+                                    "lost")
                 tags, words = next(tags_file).split(), encoded.word_ids(i)
                 if set(words) != set(range(len(tags))):
                     raise PrepError(f"{out / f'{split}.input0'}:{lines + i + 1}: the tokenizer gives no token for "
