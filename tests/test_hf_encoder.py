@@ -208,6 +208,21 @@ def test_roberta_sentences_get_its_ids_and_conll_words_keep_their_boundaries(rob
     assert "valid_entity_f1" in json_logs(out, "valid")[-1]
 
 
+def test_a_word_the_tokenizer_drops_is_a_one_line_error(bert, tmp_path):
+    """A CoNLL word made only of a character BERT's tokenizer deletes (a zero-width space) would leave its tag
+    with no token: refused, naming the split, the sentence and the word."""
+    rng = random.Random(3)
+    for split in ("train", "valid"):
+        _conll(tmp_path / f"{split}.txt", rng, 3)
+    lines = (tmp_path / "valid.txt").read_text(encoding="utf-8").split("\n\n")
+    lines[2] = lines[2].replace("\n", "\n\u200b XX O O\n", 1)  # the second word of the second sentence
+    (tmp_path / "valid.txt").write_text("\n\n".join(lines), encoding="utf-8")
+    proc = run_script("data-prep/prepare_conll.py", tmp_path / "prep", "--hf-tokenizer", bert,
+                      *(x for s in ("train", "valid") for x in (f"--{s}", tmp_path / f"{s}.txt")), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.splitlines()[-1].endswith("valid sentence 2: the tokenizer gives no token for word 2")
+
+
 def test_data_from_another_tokenisation_is_refused(bert, tmp_path):
     rng = random.Random(1)
     for split, n in (("train", 40), ("valid", 10)):

@@ -110,7 +110,7 @@ def _encode_text(tokenizer, room: int, out: Path, split: str) -> tuple[int, int,
             marked = tokenizer(batch)["input_ids"]
             for number, (ids, full) in enumerate(zip(plain, marked), lines + 1):
                 if full != [tokenizer.cls_token_id, *ids, tokenizer.sep_token_id]:
-                    raise PrepError(f"{out / f'{split}.input0'}:{number}: the tokenizer does not mark a sentence as "
+                    raise PrepError(f"{split} sentence {number}: the tokenizer does not mark a sentence as "
                                     "CLS tokens SEP, which --arch hf_encoder assumes")
                 truncated += len(ids) > room
                 unknown += ids[:room].count(tokenizer.unk_token_id)
@@ -132,12 +132,12 @@ def _encode_words(tokenizer, room: int, out: Path, split: str) -> tuple[int, int
             running = tokenizer([" ".join(line.split()) for line in batch], add_special_tokens=False)["input_ids"]
             for i, (ids, as_text) in enumerate(zip(encoded["input_ids"], running)):
                 if ids != as_text:
-                    raise PrepError(f"{out / f'{split}.input0'}:{lines + i + 1}: the tokenizer gives its words other "
+                    raise PrepError(f"{split} sentence {lines + i + 1}: the tokenizer gives its words other "
                                     "tokens than it gives the same line as text, so the words' boundaries would be "
                                     "lost")
                 tags, words = next(tags_file).split(), encoded.word_ids(i)
                 if set(words) != set(range(len(tags))):
-                    raise PrepError(f"{out / f'{split}.input0'}:{lines + i + 1}: the tokenizer gives no token for "
+                    raise PrepError(f"{split} sentence {lines + i + 1}: the tokenizer gives no token for "
                                     f"word {min(set(range(len(tags))) - set(words)) + 1}")
                 row = [tags[w] if k == 0 or words[k - 1] != w else IGNORE_LABEL for k, w in enumerate(words)]
                 truncated += len(ids) > room
