@@ -27,18 +27,24 @@ WHOLE = sorted({*FILLERS, *(w for words in TOPICS.values() for w in words[:3])})
 
 
 def write_tiny_bert(folder: Path, max_positions: int = 64) -> Path:
-    """A 2-layer, 32-wide BERT with random weights and a WordPiece vocabulary: the test words, single letters
+    """A tiny BERT with random weights and a WordPiece vocabulary: the test words, single letters
     and ``##`` letters (so that every lower-case word has tokens and the longer topic words are split)."""
     letters = "abcdefghijklmnopqrstuvwxyz"
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *letters, *(f"##{c}" for c in letters), *WHOLE]
     folder.mkdir(parents=True)
     tokenizer = transformers.BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)}, do_lower_case=True,
                                                model_max_length=max_positions)
+    return save_random(folder, tokenizer, "Bert", max_position_embeddings=max_positions)
+
+
+def save_random(folder: Path, tokenizer, family: str, **config) -> Path:
+    """``tokenizer`` and a 2-layer, 32-wide ``family`` model (``Bert``, ``Roberta``) with random weights, saved
+    in ``folder`` as save_pretrained writes a checkpoint."""
     torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
-                                     num_attention_heads=2, intermediate_size=64,
-                                     max_position_embeddings=max_positions)
-    transformers.BertModel(config).save_pretrained(folder)
+    ids = max(tokenizer.get_vocab().values()) + 1  # not len(tokenizer): a vocabulary may skip ids
+    config = getattr(transformers, f"{family}Config")(vocab_size=ids, hidden_size=32, num_hidden_layers=2,
+                                                      num_attention_heads=2, intermediate_size=64, **config)
+    getattr(transformers, f"{family}Model")(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 
@@ -49,7 +55,7 @@ def bert(tmp_path_factory) -> Path:
 
 
 def write_tiny_roberta(folder: Path) -> Path:
-    """A 2-layer, 32-wide RoBERTa with random weights and a byte-level BPE learnt from a few of the test
+    """A tiny RoBERTa with random weights and a byte-level BPE learnt from a few of the test
     words (so that some words are whole tokens and the others are spelt in pieces): the other family of
     tokenizer, which marks a word start on the word's first token (``Ġ``) rather than its later ones."""
     from tokenizers import ByteLevelBPETokenizer
@@ -60,13 +66,8 @@ def write_tiny_roberta(folder: Path) -> Path:
     bpe.save_model(str(folder))
     tokenizer = transformers.RobertaTokenizerFast(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"),
                                                   model_max_length=62)
-    torch.manual_seed(0)
-    config = transformers.RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
-                                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
-                                        pad_token_id=tokenizer.pad_token_id)
-    transformers.RobertaModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    # RoBERTa's positions start after the padding index: 64 embeddings hold 62 tokens
+    return save_random(folder, tokenizer, "Roberta", max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id)
 
 
 @pytest.fixture(scope="module")
