@@ -42,6 +42,22 @@ def test_schedule_counts_a_window_and_starts_a_new_one():
     assert restored.steps == 2
 
 
+def test_the_first_rise_warns_that_update_counted_schedules_now_lag_the_epochs(caplog):
+    schedule = AccumulationSchedule(1, 1.0, 4)
+    with caplog.at_level("WARNING", logger="user_dir.as_speed"):
+        schedule.record({"n_rows": 10, "n_masked": 0})
+        schedule.end_window()  # stays 1: nothing to say
+        assert not caplog.records
+        for _ in range(3):  # 1 -> 2 -> 3 -> 4, said once
+            schedule.record({"n_rows": 10, "n_masked": 9})
+            schedule.end_window()
+    assert schedule.steps == 4
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert message.startswith("AS-Speed: 2 micro-batches per update from now on (was 1)")
+    assert "--total-num-update" in message and "--max-epoch" in message
+
+
 def test_schedule_refuses_bad_settings_and_criterions_without_masks():
     with pytest.raises(ValueError, match="--as-speed-lambda"):
         AccumulationSchedule(1, 0.0, 4)

@@ -331,6 +331,8 @@ def test_as_speed_steps_rise_as_samples_get_masked_and_resume_from_checkpoint(si
     logs = json_logs(first, "train_inner")
     steps = _check_as_speed_log(logs, batch=8, cap=3)
     assert steps[0] == 1 and steps[-1] > 1, "the steps must rise once samples are masked"
+    said = (first.stdout + first.stderr).count("AS-Speed: 2 micro-batches per update from now on (was 1)")
+    assert said == 1, "the first rise is announced once (the update-counted schedule now lags the epochs)"
     second = train(single, tmp_path, *flags, updates=70, batch=8)
     resumed = json_logs(second, "train_inner")
     assert int(resumed[0]["num_updates"]) == 61

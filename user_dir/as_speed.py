@@ -90,6 +90,7 @@ class AccumulationSchedule:
                            "number of micro-batches, so training is plain gradient accumulation")
         self.steps, self.lam, self.max_steps = steps, lam, max_steps
         self.window = torch.zeros(2, dtype=torch.float64)  # rows, masked rows (this worker)
+        self.warned_rise = False
 
     def record(self, logging_output: dict[str, Any]) -> None:
         if "n_masked" not in logging_output:
@@ -106,9 +107,20 @@ class AccumulationSchedule:
                 {"counts": counts}, device=device, group=distributed_utils.get_data_parallel_group()
             )["counts"]
         n_rows, n_masked = counts.tolist()
-        self.steps = next_accumulation(self.steps, n_rows, n_masked, self.lam, self.max_steps)
+        prev, self.steps = self.steps, next_accumulation(self.steps, n_rows, n_masked, self.lam, self.max_steps)
         self.window = torch.zeros_like(self.window)
+        if self.steps > prev and not self.warned_rise:
+            self._warn_rise(prev)
         return self.steps
+
+    def _warn_rise(self, prev: int) -> None:
+        """fairseq counts --max-update and the learning-rate schedules in updates, and an update now holds
+        more data: a decay sized as epochs x batches would end half done at --max-epoch, silently."""
+        self.warned_rise = True
+        logger.warning(f"AS-Speed: {self.steps} micro-batches per update from now on (was {prev}), more as more "
+                       "samples are masked; --max-update and learning-rate schedules counted in updates "
+                       "(--warmup-updates, --total-num-update) now advance less per epoch, so one sized for "
+                       "--max-epoch will not reach its end")
 
     def state_dict(self) -> dict[str, int]:
         return {"steps": self.steps}
