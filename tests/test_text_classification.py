@@ -120,7 +120,8 @@ def independent_scores(data: Path, checkpoint: Path, split: str) -> tuple[np.nda
 
 @pytest.mark.parametrize("criterion", sorted(SINGLE_LABEL_CRITERIA))
 def test_every_single_label_criterion_trains(criterion, single, tmp_path):
-    out = train(single, tmp_path, *SMALL_ENCODER, *SINGLE_LABEL_CRITERIA[criterion], "--validate-interval-updates", "30")
+    out = train(single, tmp_path, *SMALL_ENCODER, *SINGLE_LABEL_CRITERIA[criterion],
+                "--validate-interval-updates", "30")
     logs = json_logs(out, "train_inner")
     losses = [float(r["loss"]) for r in logs]
     assert len(logs) == 30 and all(math.isfinite(x) for x in losses)
@@ -326,7 +327,8 @@ def _check_as_speed_log(logs: list[dict], batch: int, cap: int, workers: int = 1
 
 
 def test_as_speed_steps_rise_as_samples_get_masked_and_resume_from_checkpoint(single, tmp_path):
-    flags = [*SMALL_ENCODER, "--criterion", "as_softmax", "--as-delta", "0.1", "--as-speed", "--as-speed-max-steps", "3"]
+    flags = [*SMALL_ENCODER, "--criterion", "as_softmax", "--as-delta", "0.1",
+             "--as-speed", "--as-speed-max-steps", "3"]
     first = train(single, tmp_path, *flags, updates=60, batch=8)
     logs = json_logs(first, "train_inner")
     steps = _check_as_speed_log(logs, batch=8, cap=3)
