@@ -21,6 +21,9 @@ update (the AS paper's Figure 1).
     python benchmarks/clinc150_experiment.py --full     # larger encoder, more epochs
     python benchmarks/clinc150_experiment.py --hf-model-dir models/all-MiniLM-L6-v2   # ~3 min an epoch a run
 
+Fine-tuning, ``--methods ... as_softmax+as_speed as_softmax+as_speed+fitted_decay`` adds AS-Speed with its
+learning-rate decay ending at the update count of the same seed's AS-Speed run, where it would end on time.
+
 Data, logs and per-run results go to OUT/work (not committed); runs found there are reused, ``--fresh``
 re-runs them. OUT gets ``results.md`` (table and command), ``runs.json`` (per-run numbers) and ``curves.png``.
 """
@@ -46,6 +49,11 @@ METHODS = {
     "as_softmax+as_speed": ["--criterion", "as_softmax", "--as-delta", "0.3", "--as-speed",
                             "--as-speed-lambda", "1.0", "--as-speed-max-steps", "4"],
 }
+# AS-Speed makes fewer updates than the decay, counted in updates, was sized for, so its learning rate is still
+# high when the epochs end; this variant sizes the decay to the updates the same seed's AS-Speed run made
+# (fine-tuning only: from scratch the rate is constant), to tell the two effects on accuracy apart
+FITTED = "as_softmax+as_speed+fitted_decay"
+METHODS[FITTED] = METHODS["as_softmax+as_speed"]
 SETTINGS = {  # from scratch: our small encoder, adam at 1e-3, constant rate
     "default": {"epochs": 6, "batch_size": 64, "lr": 0.001, "validate_every": 50,
                 "model": ["--arch", "text_encoder", "--encoder-layers", "2", "--encoder-embed-dim", "128",
@@ -70,16 +78,23 @@ def method_flags(args, method: str) -> list[str]:
     return METHODS[method] + (["--as-warmup-ratio", warmup] if warmup and method.startswith("as_softmax") else [])
 
 
-def schedule(args) -> list[str]:
+def schedule(args, method: str, seed: int) -> list[str]:
     """Optimiser and learning-rate flags: from scratch a constant rate; fine-tuning the BERT regime (decoupled
     weight decay 0.01, 10 % linear warm-up, then linear decay to 0 at the last update, which ends training:
-    fairseq's batches per epoch may differ from sentences / batch size)."""
+    fairseq's batches per epoch may differ from sentences / batch size). The fitted AS-Speed variant decays to 0
+    at the update count of the same seed's AS-Speed run instead (warm-up and --max-update unchanged)."""
     if not args.hf_model_dir:
         return ["--optimizer", "adam", "--lr", args.lr]
     updates = args.epochs * math.ceil(args.train_sentences / args.batch_size)
+    decay = updates_made(args, "as_softmax+as_speed", seed) if method == FITTED else updates
     return ["--optimizer", "adam", "--adam-betas", "(0.9, 0.999)", "--weight-decay", "0.01",
             "--lr", args.lr, "--lr-scheduler", "polynomial_decay",
-            "--warmup-updates", max(1, updates // 10), "--total-num-update", updates, "--max-update", updates]
+            "--warmup-updates", max(1, updates // 10), "--total-num-update", decay, "--max-update", updates]
+
+
+def updates_made(args, method: str, seed: int) -> int:
+    log = args.out / "work" / f"{method}-seed{seed}" / "train.log"
+    return int(json_records(log.read_text(encoding="utf-8"), "train_inner")[-1]["num_updates"])
 
 
 def prepare(args) -> Path:
@@ -112,7 +127,7 @@ def train_and_test(args, data: Path, method: str, seed: int) -> dict:
         folder.mkdir(parents=True, exist_ok=True)
         run([BIN / "fairseq-train", data, "--user-dir", ROOT / "user_dir", "--task", "text_classification",
              *setting(args)["model"], *(["--hf-model-dir", args.hf_model_dir] if args.hf_model_dir else []),
-             *method_flags(args, method), "--seed", seed, "--cpu", *schedule(args),
+             *method_flags(args, method), "--seed", seed, "--cpu", *schedule(args, method, seed),
              "--batch-size", args.batch_size, "--batch-size-valid", "512", "--max-epoch", args.epochs,
              *validations(args), "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
              "--save-dir", folder / "checkpoints", "--log-format", "json", "--log-interval", "1",
@@ -231,7 +246,8 @@ def main(argv: list[str] | None = None) -> None:
                         "benchmarks/results/clinc150, or clinc150_NAME for --hf-model-dir .../NAME)")
     parser.add_argument("--clinc-json", type=Path, default=DEFAULT_JSON, help="CLINC150 data_full.json")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=[m for m in METHODS if m != FITTED],
+                        help=f"default: all but {FITTED}, which needs --hf-model-dir and as_softmax+as_speed")
     parser.add_argument("--full", action="store_true", help="larger encoder, 20 epochs (hours on a CPU)")
     parser.add_argument("--hf-model-dir", type=Path, help="fine-tune this pretrained Hugging Face encoder "
                         "(a save_pretrained folder) instead of training text_encoder from scratch")
@@ -245,6 +261,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if "softmax" not in args.methods:
         parser.error("the table is relative to softmax: keep it in --methods")
+    if FITTED in args.methods and not (args.hf_model_dir and "as_softmax+as_speed" in args.methods):
+        parser.error(f"{FITTED} sizes the fine-tuning decay to AS-Speed's updates: it needs --hf-model-dir "
+                     "and as_softmax+as_speed in --methods")
     if args.hf_model_dir and args.full:
         parser.error("--full is the larger from-scratch encoder; --hf-model-dir fine-tunes a pretrained one")
     if args.hf_model_dir and not (args.hf_model_dir / "config.json").is_file():
@@ -257,7 +276,8 @@ def main(argv: list[str] | None = None) -> None:
         f"clinc150_{args.hf_model_dir.resolve().name}" if args.hf_model_dir else "clinc150")
     data = prepare(args)
     results: dict[str, list[dict]] = {m: [] for m in args.methods}
-    jobs = [(m, s) for s in args.seeds for m in args.methods]  # interleaved: machine noise hits every method
+    # interleaved, so that machine noise hits every method; per seed in METHODS' order (AS-Speed before FITTED)
+    jobs = [(m, s) for s in args.seeds for m in METHODS if m in args.methods]
     for method, seed in tqdm(jobs, desc="training runs", unit="run"):
         results[method].append(train_and_test(args, data, method, seed))
     text = table(results)
