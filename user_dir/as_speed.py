@@ -115,10 +115,10 @@ class AccumulationSchedule:
 
     def _warn_rise(self, prev: int) -> None:
         """fairseq counts --max-update and the learning-rate schedules in updates, and an update now holds
-        more data: a decay sized as epochs x batches would end half done at --max-epoch, silently."""
+        more data: a decay sized as epochs x batches would be unfinished at --max-epoch, silently."""
         self.warned_rise = True
-        logger.warning(f"AS-Speed: {self.steps} micro-batches per update from now on (was {prev}), more as more "
-                       "samples are masked; --max-update and learning-rate schedules counted in updates "
+        logger.warning(f"AS-Speed: {self.steps} micro-batches per update from now on (was {prev}), and more if more "
+                       "samples get masked; --max-update and learning-rate schedules counted in updates "
                        "(--warmup-updates, --total-num-update) now advance less per epoch, so one sized for "
                        "--max-epoch will not reach its end")
 
