@@ -27,6 +27,21 @@ def test_single_label_f1_and_accuracy_match_sklearn_when_summed_over_batches(see
     assert int(counts[0].sum()) == int((predicted == gold).sum())
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_in_scope_accuracy_and_out_of_scope_recall_count_each_example_once(seed):
+    g = torch.Generator().manual_seed(seed)
+    classes, oos = 6, seed % 6  # the out-of-scope class anywhere among the classes
+    logits = torch.randn(120, classes, generator=g)
+    gold = torch.randint(0, classes, (120,), generator=g)
+    counts = sum(metrics.class_counts(metrics.predict_single_label(part), _one_hot(y, classes))
+                 for part, y in zip(logits.split(17), gold.split(17)))
+    right = logits.argmax(1) == gold
+    in_scope, recall = metrics.out_of_scope_scores(counts, oos)
+    assert in_scope == pytest.approx(float(right[gold != oos].double().mean()), abs=1e-12)
+    assert recall == pytest.approx(float(right[gold == oos].double().mean()), abs=1e-12)
+    assert metrics.out_of_scope_scores(torch.zeros(3, classes, dtype=torch.long), oos) == (0.0, 0.0)  # empty split
+
+
 def test_multi_label_prediction_rules_and_f1_match_sklearn():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(40, 6, generator=g)

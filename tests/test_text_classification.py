@@ -132,16 +132,23 @@ def test_every_single_label_criterion_trains(criterion, single, tmp_path):
 
 
 def test_whole_split_metrics_equal_sklearn_on_independent_predictions(single, tmp_path):
-    train(single, tmp_path, *SMALL_ENCODER, "--criterion", "as_softmax", updates=60)
+    # 'food' as the out-of-scope class: the task also logs accuracy over the other classes and food's recall
+    train(single, tmp_path, *SMALL_ENCODER, "--criterion", "as_softmax", "--out-of-scope-label", "food", updates=60)
     checkpoint = tmp_path / "checkpoint_last.pt"
     for split in ("valid", "test"):
         logged = validate(single, checkpoint, split, batch=7)  # 7 per batch: many batches, a short last one
         scores, gold = independent_scores(single, checkpoint, split)
-        gold = [g[0] for g in gold]
+        gold = np.array([g[0] for g in gold])
         predicted = scores.argmax(1)
         assert float(logged["accuracy"]) == pytest.approx(100 * np.mean(predicted == gold), abs=0.006)
         assert float(logged["macro_f1"]) == pytest.approx(100 * f1_score(gold, predicted, average="macro"), abs=0.006)
         assert float(logged["micro_f1"]) == pytest.approx(100 * f1_score(gold, predicted, average="micro"), abs=0.006)
+        classes = (single / "data-bin/label/dict.txt").read_text(encoding="utf-8").splitlines()
+        food = [line.split()[0] for line in classes].index("food")  # the order independent_scores numbers them
+        assert float(logged["in_scope_accuracy"]) == pytest.approx(
+            100 * np.mean(predicted[gold != food] == gold[gold != food]), abs=0.006)
+        assert float(logged["out_of_scope_recall"]) == pytest.approx(
+            100 * np.mean(predicted[gold == food] == food), abs=0.006)
 
 
 def test_best_checkpoint_metric_is_the_validation_accuracy(single, tmp_path):
@@ -170,6 +177,8 @@ def test_shrunk_roberta_trains_and_validates(single, tmp_path):
         (["--criterion", "am_softmax"], "needs cosine logits"),
         (["--criterion", "softmax", "--arch", "transformer_tiny"], "needs a model with classification heads"),
         (["--criterion", "softmax", "--as-speed"], "as_softmax or as_multilabel"),
+        (["--criterion", "softmax", "--out-of-scope-label", "oos"],
+         "--out-of-scope-label oos: not a class of the label dictionary (its classes: "),
         (["--criterion", "as_softmax", "--fused-output-layer"],
          "--fused-output-layer scores a seq2seq decoder's features against its output projection; "
          "--task text_classification scores classification heads over a few classes instead"),
@@ -185,6 +194,12 @@ def test_multi_label_data_needs_multi_label(multi, tmp_path):
     proc = train(multi, tmp_path, *SMALL_ENCODER, "--criterion", "softmax", updates=2, check=False)
     assert proc.returncode != 0
     assert "labels; expected exactly one label (multi-label data needs --multi-label)" in proc.stderr
+
+
+def test_out_of_scope_label_is_for_single_label_data(multi, tmp_path):
+    proc = train(multi, tmp_path, *SMALL_ENCODER, "--multi-label", "--criterion", "multilabel_softmax",
+                 "--out-of-scope-label", "music", updates=2, check=False)
+    assert proc.returncode == 2 and "--out-of-scope-label applies to single-label data" in proc.stderr, proc.stderr
 
 
 # ----- multi-label -----

@@ -48,6 +48,20 @@ def f1_scores(counts: Tensor) -> tuple[float, float]:
     return float(micro), float(macro)
 
 
+def out_of_scope_scores(counts: Tensor, out_of_scope: int) -> tuple[float, float]:
+    """(in-scope accuracy, out-of-scope recall) in [0, 1] from single-label ``class_counts`` summed over a split:
+    the two numbers CLINC150 is read by (Larson et al. 2019), which plain accuracy mixes in proportion to the
+    split's share of out-of-scope examples (3 % of CLINC150's validation split, 18 % of its test split).
+
+    In-scope accuracy is over the examples whose gold class is not ``out_of_scope`` (predicting it for one of
+    them is a miss); recall is over those whose gold class is. A split without such examples scores 0."""
+    tp, _, fn = counts.double()
+    gold = tp + fn  # single-label: each example is a true positive or a false negative of its gold class
+    in_scope, oos = gold.sum() - gold[out_of_scope], gold[out_of_scope]
+    hits = tp.sum() - tp[out_of_scope]
+    return (float(hits / in_scope) if in_scope else 0.0, float(tp[out_of_scope] / oos) if oos else 0.0)
+
+
 def entities(tags: list[str]) -> set[tuple[int, int, str]]:
     """The ``(start, end, type)`` chunks of a tag sequence (end exclusive), by conlleval's rules:
     a chunk starts at ``B-X``, or at ``I-X`` after ``O`` or another type, and ends where the next

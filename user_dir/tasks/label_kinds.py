@@ -40,8 +40,17 @@ class SingleLabel:
     #: label-dictionary symbols that are not classes: their positions are not trained or scored
     not_classes: frozenset[str] = frozenset()
 
-    def check_classes(self, class_names: list[str]) -> None:
-        """Raise UsageError when the label dictionary's classes cannot be this kind's."""
+    def __init__(self, out_of_scope: str = ""):
+        #: the out-of-scope class's name (``--out-of-scope-label``), and its index once the classes are known
+        self.out_of_scope, self.out_of_scope_index = out_of_scope, None
+
+    def set_classes(self, class_names: list[str]) -> None:
+        """Take the label dictionary's classes; raise UsageError when they cannot be this kind's."""
+        if self.out_of_scope:
+            if self.out_of_scope not in class_names:
+                raise UsageError(f"--out-of-scope-label {self.out_of_scope}: not a class of the label dictionary "
+                                 f"(its classes: {' '.join(class_names[:10])}{' ...' if len(class_names) > 10 else ''})")
+            self.out_of_scope_index = class_names.index(self.out_of_scope)
 
     def bad_examples(self, label_counts: np.ndarray, input_counts: np.ndarray) -> np.ndarray:
         """Indices of the examples whose label line holds the wrong number of labels."""
@@ -65,6 +74,10 @@ class SingleLabel:
     def log_derived(self) -> None:
         _log_class_f1()
         metrics.log_derived("accuracy", lambda m: _accuracy(float(m["_class_counts"].sum[0].sum()), m))
+        if self.out_of_scope_index is not None:
+            for i, name in enumerate(("in_scope_accuracy", "out_of_scope_recall")):
+                metrics.log_derived(name, lambda m, i=i: round(
+                    100 * scores.out_of_scope_scores(m["_class_counts"].sum, self.out_of_scope_index)[i], 2))
 
 
 class MultiLabel(SingleLabel):
@@ -74,6 +87,7 @@ class MultiLabel(SingleLabel):
     expected = ""
 
     def __init__(self, predict_top_n: int):
+        super().__init__()
         self.predict_top_n = predict_top_n
 
     def bad_examples(self, label_counts: np.ndarray, input_counts: np.ndarray) -> np.ndarray:
@@ -102,7 +116,7 @@ class TokenLabels:
     def __init__(self, ignore_label: str):
         self.ignore_label, self.not_classes = ignore_label, frozenset({ignore_label})
 
-    def check_classes(self, class_names: list[str]) -> None:
+    def set_classes(self, class_names: list[str]) -> None:
         odd = [s for s in class_names if s != "O" and s[:2] not in ("B-", "I-")]
         if odd:
             raise UsageError(f"--token-level scores entities from BIO tags (B-X, I-X, O); the label dictionary "

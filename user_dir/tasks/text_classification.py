@@ -14,7 +14,8 @@ a classification head (linear, or cosine logits for ``--criterion am_softmax`` w
 the model's ``classification_heads``.
 Criterions get their rows from ``loss_batch``; the task logs per-class (or per-entity) counts with
 every batch and turns their sums into the split's metrics, which ``--best-checkpoint-metric`` can
-name (``accuracy``, ``macro_f1``, ``micro_f1``, ``entity_f1``, with ``--maximize-best-checkpoint-metric``).
+name (``accuracy``, ``macro_f1``, ``micro_f1``, ``entity_f1``, and with ``--out-of-scope-label``
+``in_scope_accuracy`` and ``out_of_scope_recall``; with ``--maximize-best-checkpoint-metric``).
 ``fairseq-validate --valid-subset test`` scores a checkpoint on the test split.
 """
 
@@ -59,6 +60,12 @@ class TextClassificationConfig(ASSpeedConfig):
     ignore_label: str = field(
         default="X",
         metadata={"help": "--token-level: the label of pieces that are not scored (a word's pieces after its first)"},
+    )
+    out_of_scope_label: str = field(
+        default="",
+        metadata={"help": "single-label: the class of out-of-scope examples (CLINC150's 'oos'); validations then also "
+                  "log in_scope_accuracy and out_of_scope_recall, the metrics CLINC150 is read by (Larson et al. "
+                  "2019), which --best-checkpoint-metric can name"},
     )
     predict_top_n: int = field(
         default=0,
@@ -112,8 +119,10 @@ class TextClassificationTask(CheckedArgs, ASSpeedTask, FairseqTask):
             raise UsageError("--multi-label and --token-level cannot be combined")
         if cfg.predict_top_n and not cfg.multi_label:
             raise UsageError("--predict-top-n applies to --multi-label data")
-        self.labels: LabelKind = (TokenLabels(cfg.ignore_label) if cfg.token_level
-                                  else MultiLabel(cfg.predict_top_n) if cfg.multi_label else SingleLabel())
+        if cfg.out_of_scope_label and (cfg.multi_label or cfg.token_level):
+            raise UsageError("--out-of-scope-label applies to single-label data")
+        self.labels: LabelKind = (TokenLabels(cfg.ignore_label) if cfg.token_level else MultiLabel(cfg.predict_top_n)
+                                  if cfg.multi_label else SingleLabel(cfg.out_of_scope_label))
         not_classes = set(label_dictionary.symbols[: label_dictionary.nspecial]) | self.labels.not_classes
         # fairseq-preprocess pads dictionaries to a multiple of 8 with madeupwordNNNN entries
         self.class_names = [s for s in label_dictionary.symbols
@@ -126,7 +135,7 @@ class TextClassificationTask(CheckedArgs, ASSpeedTask, FairseqTask):
         if cfg.num_classes not in (-1, len(self.class_names)):
             raise UsageError(f"--num-classes {cfg.num_classes}, but the label dictionary "
                              f"{os.path.join(cfg.data, 'label', 'dict.txt')} has {len(self.class_names)} classes")
-        self.labels.check_classes(self.class_names)
+        self.labels.set_classes(self.class_names)
         if cfg.predict_top_n >= self.num_classes:
             logger.warning(f"--predict-top-n {cfg.predict_top_n} >= {self.num_classes} classes: every class is "
                            "predicted for every example")
