@@ -45,6 +45,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from measure import BIN, ROOT, json_records, mean_sd, paired_difference, run
+from user_dir import hf_checkpoint
 
 DEFAULT_JSON = ROOT.parent / "shared" / "data" / "clinc150" / "data_full.json"
 
@@ -345,9 +346,8 @@ def main(argv: list[str] | None = None) -> None:
                      "and as_softmax+as_speed in --methods")
     if args.hf_model_dir and args.full:
         parser.error("--full is the larger from-scratch encoder; --hf-model-dir fine-tunes a pretrained one")
-    if args.hf_model_dir and not (args.hf_model_dir / "config.json").is_file():
-        parser.error(f"--hf-model-dir {args.hf_model_dir}: no config.json there (a save_pretrained folder; "
-                     "scripts/extract_minilm.py writes MiniLM's)")
+    if args.hf_model_dir and (message := hf_checkpoint.problem(args.hf_model_dir, "--hf-model-dir")):
+        parser.error(f"{message}; scripts/extract_minilm.py writes MiniLM's")
     for option in ("epochs", "batch_size", "lr", "validate_every"):  # the setting's value where none was given
         if getattr(args, option) is None:
             setattr(args, option, setting(args)[option])

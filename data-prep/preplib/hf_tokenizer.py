@@ -38,33 +38,24 @@ def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     given = [flag for flag, value in (("--spm-model", args.spm_model), ("--dict", args.dict)) if value]
     if given:
         parser.error(f"--hf-tokenizer: the tokenizer replaces sentencepiece, so {given[0]} cannot be used with it")
-    if not (args.hf_tokenizer / "config.json").is_file():
-        parser.error(_no_config(args.hf_tokenizer))
+    from user_dir import hf_checkpoint  # imported where needed: importing the plugin imports fairseq
 
-
-def _no_config(folder: Path) -> str:
-    return (f"--hf-tokenizer {folder}: no config.json there (expected a folder written by a Hugging Face "
-            "model's save_pretrained; nothing is downloaded)")
+    if message := hf_checkpoint.problem(args.hf_tokenizer, "--hf-tokenizer"):
+        parser.error(message)
 
 
 def load(folder: Path, words: bool = False):
     """The folder's tokenizer, and the longest input its model takes (special tokens included); ``words``:
-    for input already split into words, each of which starts a word (see the module doc)."""
-    import transformers
+    for input already split into words, each of which starts a word (see the module doc). The plugin reads the
+    same folder alike for --arch hf_encoder: its ``max_positions`` is this longest input."""
+    from user_dir import hf_checkpoint
 
-    if not (folder / "config.json").is_file():
-        raise PrepError(_no_config(folder))
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True,
-                                                               **({"add_prefix_space": True} if words else {}))
-        config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError) as err:
-        raise PrepError(f"--hf-tokenizer {folder}: cannot load its tokenizer ({str(err).strip().splitlines()[0]})"
-                        ) from None
+    tokenizer = hf_checkpoint.load(folder, "AutoTokenizer", "--hf-tokenizer", PrepError,
+                                   **({"add_prefix_space": True} if words else {}))
+    config = hf_checkpoint.load(folder, "AutoConfig", "--hf-tokenizer", PrepError)
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise PrepError(f"--hf-tokenizer {folder}: its tokenizer has no CLS/SEP token to mark a sentence with")
-    # the same bound as the model's max_positions (user_dir/models/hf_encoder.py)
-    return tokenizer, min(tokenizer.model_max_length, config.max_position_embeddings)
+    return tokenizer, hf_checkpoint.longest_input(tokenizer, config)
 
 
 def write_dictionary(tokenizer, path: Path) -> Path:

@@ -12,7 +12,6 @@ they are elsewhere, ``--model-overrides "{'hf_model_dir': 'DIR'}"`` says where.
 """
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from fairseq.dataclass import FairseqDataclass
@@ -20,6 +19,7 @@ from fairseq.models import register_model
 from omegaconf import MISSING
 from torch import Tensor, nn
 
+from .. import hf_checkpoint
 from ..options import UsageError, validate
 from .heads import EncoderWithHeads
 
@@ -32,23 +32,6 @@ class HFEncoderConfig(FairseqDataclass):
                   "weights, tokenizer files); the data must be tokenised with its tokenizer "
                   "(prepare_classification.py --hf-tokenizer); nothing is downloaded"},
     )
-
-
-def load_pretrained(folder: str | Path, what: str):
-    """``AutoModel``, ``AutoConfig`` or ``AutoTokenizer`` (``what``) from a local folder only, with a
-    one-line error naming the folder when it is missing or incomplete."""
-    import transformers  # imported here: every fairseq command imports the plugin, few use this model
-
-    path = Path(folder)
-    if not (path / "config.json").is_file():
-        raise UsageError(f"--hf-model-dir {folder}: no config.json there (expected a folder written by a Hugging "
-                         "Face model's save_pretrained; nothing is downloaded; a checkpoint trained elsewhere "
-                         "takes --model-overrides \"{'hf_model_dir': 'DIR'}\")")
-    try:
-        return getattr(transformers, what).from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError) as err:
-        first = str(err).strip().splitlines()[0]
-        raise UsageError(f"--hf-model-dir {folder}: cannot load its {what[4:].lower()} ({first})") from None
 
 
 def hf_ids(dictionary, tokenizer) -> Tensor:
@@ -82,11 +65,14 @@ class HFEncoderModel(EncoderWithHeads):
     @classmethod
     def build_model(cls, cfg: HFEncoderConfig, task):
         validate(cfg, HFEncoderConfig)
-        tokenizer = load_pretrained(cfg.hf_model_dir, "AutoTokenizer")
-        encoder = load_pretrained(cfg.hf_model_dir, "AutoModel")
+        if message := hf_checkpoint.problem(cfg.hf_model_dir, "--hf-model-dir"):
+            raise UsageError(f"{message}; a checkpoint trained elsewhere takes "
+                             "--model-overrides \"{'hf_model_dir': 'DIR'}\"")
+        tokenizer = hf_checkpoint.load(cfg.hf_model_dir, "AutoTokenizer", "--hf-model-dir", UsageError)
+        encoder = hf_checkpoint.load(cfg.hf_model_dir, "AutoModel", "--hf-model-dir", UsageError)
         dictionary = task.source_dictionary
         return cls(encoder, hf_ids(dictionary, tokenizer), dictionary.pad(),
-                   min(tokenizer.model_max_length, encoder.config.max_position_embeddings))
+                   hf_checkpoint.longest_input(tokenizer, encoder.config))
 
     def features(self, src_tokens: Tensor) -> Tensor:
         mask = src_tokens.ne(self.padding_idx)
