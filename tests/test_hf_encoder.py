@@ -239,7 +239,8 @@ def test_data_from_another_tokenisation_is_refused(bert, tmp_path):
 def test_a_missing_or_incomplete_folder_is_one_line_error(data, bert, tmp_path):
     proc = train(data, tmp_path / "nowhere", tmp_path / "ckpt", "--criterion", "softmax", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert f"--hf-model-dir {tmp_path / 'nowhere'}: no config.json there" in proc.stderr.splitlines()[-1]
+    last = proc.stderr.splitlines()[-1]
+    assert f"--hf-model-dir {tmp_path / 'nowhere'}: no config.json there" in last and "--model-overrides" in last
     incomplete = tmp_path / "incomplete"
     incomplete.mkdir()
     (incomplete / "config.json").write_text((bert / "config.json").read_text())

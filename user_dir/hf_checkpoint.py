@@ -17,13 +17,14 @@ def problem(folder: str | Path, option: str) -> str | None:
             "save_pretrained; nothing is downloaded)")
 
 
-def load(folder: str | Path, what: str, option: str, error: type[Exception], **kwargs):
+def load(folder: str | Path, what: str, option: str, error: type[Exception], hint: str = "", **kwargs):
     """``transformers.<what>.from_pretrained`` (``AutoModel``, ``AutoConfig``, ``AutoTokenizer``) from the folder
-    only; a folder it cannot load from raises ``error`` (the caller's one-line error type) naming ``option``."""
+    only; a folder it cannot load from raises ``error`` (the caller's one-line error type) naming ``option``,
+    and a folder without ``config.json`` adds ``hint`` (where the caller's user finds one)."""
     import transformers  # imported here: every fairseq command imports the plugin, few use a checkpoint
 
     if message := problem(folder, option):
-        raise error(message)
+        raise error(message + hint)
     try:
         return getattr(transformers, what).from_pretrained(Path(folder), local_files_only=True, **kwargs)
     except (OSError, ValueError) as err:

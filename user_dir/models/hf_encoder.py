@@ -34,6 +34,10 @@ class HFEncoderConfig(FairseqDataclass):
     )
 
 
+#: the missing-folder error's hint: a checkpoint keeps the folder's path from where it was trained
+MOVED = "; a checkpoint trained elsewhere takes --model-overrides \"{'hf_model_dir': 'DIR'}\""
+
+
 def hf_ids(dictionary, tokenizer) -> Tensor:
     """Each fairseq dictionary index's id in the tokenizer's vocabulary (see the module doc)."""
     vocab = tokenizer.get_vocab()
@@ -65,11 +69,8 @@ class HFEncoderModel(EncoderWithHeads):
     @classmethod
     def build_model(cls, cfg: HFEncoderConfig, task):
         validate(cfg, HFEncoderConfig)
-        if message := hf_checkpoint.problem(cfg.hf_model_dir, "--hf-model-dir"):
-            raise UsageError(f"{message}; a checkpoint trained elsewhere takes "
-                             "--model-overrides \"{'hf_model_dir': 'DIR'}\"")
-        tokenizer = hf_checkpoint.load(cfg.hf_model_dir, "AutoTokenizer", "--hf-model-dir", UsageError)
-        encoder = hf_checkpoint.load(cfg.hf_model_dir, "AutoModel", "--hf-model-dir", UsageError)
+        tokenizer = hf_checkpoint.load(cfg.hf_model_dir, "AutoTokenizer", "--hf-model-dir", UsageError, MOVED)
+        encoder = hf_checkpoint.load(cfg.hf_model_dir, "AutoModel", "--hf-model-dir", UsageError, MOVED)
         dictionary = task.source_dictionary
         return cls(encoder, hf_ids(dictionary, tokenizer), dictionary.pad(),
                    hf_checkpoint.longest_input(tokenizer, encoder.config))
