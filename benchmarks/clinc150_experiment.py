@@ -44,7 +44,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from measure import BIN, ROOT, json_records, mean_sd, paired_difference, run
+from measure import BIN, ROOT, json_records, mean_sd, paired_difference, pyplot, run
 from user_dir import hf_checkpoint
 
 DEFAULT_JSON = ROOT.parent / "shared" / "data" / "clinc150" / "data_full.json"
@@ -285,12 +285,8 @@ def differences(results: dict[str, list[dict]]) -> str:
 
 
 def plot(results: dict[str, list[dict]], path: Path, train_sentences: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 3, figsize=(17, 8))
+    fig, axes = pyplot().subplots(2, 3, figsize=(19, 8), layout="constrained")
+    lowest_best = min(best(r)["accuracy"] for runs in results.values() for r in runs)
     panels = [  # (row, column, title, x label, records, x key, y key, AS-Softmax runs only)
         (0, 0, "validation accuracy (%)", "update", "valid", "update", "accuracy", False),
         (0, 1, "validation accuracy (%)", "wall-clock seconds (validations included)", "valid", "wall",
@@ -313,8 +309,9 @@ def plot(results: dict[str, list[dict]], path: Path, train_sentences: int) -> No
                         lw=0.6 if y == "masked_ratio" else 1.2, label=method if i == 0 else None)
         ax.set(title=title, xlabel=xlabel)
         ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
+        if y == "accuracy":  # the first validations, far below, would squeeze the differences that matter
+            ax.set_ylim(bottom=lowest_best - 10)
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside right upper")
     fig.savefig(path, dpi=100)
 
 

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from fairseq import checkpoint_utils, options, tasks, utils  # noqa: E402
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # noqa: E402
+from measure import pyplot  # noqa: E402
 
 
 def configurations(topk: int) -> dict[str, dict]:
@@ -154,17 +155,9 @@ def table(rows: list[dict], command: str) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    import logging
-
-    import matplotlib
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's CLI setup logs at DEBUG
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     beams = sorted({r["beam"] for r in rows})
     names = list(dict.fromkeys(r["decoding"] for r in rows))
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, ax = pyplot().subplots(figsize=(7, 3.5))
     width = 0.8 / len(names)
     for i, name in enumerate(names):
         values = [next(r["ratio"] for r in rows if r["beam"] == b and r["decoding"] == name) for b in beams]
