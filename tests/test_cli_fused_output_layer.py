@@ -8,13 +8,13 @@ from conftest import N_TEST, ROOT, TRAIN_COMMON, json_logs, output_lines, run_cl
 
 CRITERIA = {
     "sparse_softmax": ["--criterion", "sparse_softmax", "--sparse-topk", "5", "--label-smoothing", "0.1",
-                       "--update-freq", "2"],
+                       "--update-freq", "2", "--sparse-warmup-ratio", "0.5"],
     "as_softmax": ["--criterion", "as_softmax", "--as-delta", "0.3", "--as-warmup-ratio", "0.5"],
     "softmax": ["--criterion", "softmax", "--label-smoothing", "0.1"],
 }
 # Shared input/output embeddings: the output layer's weight also gets the embedding gradient.
 MODEL = ["--arch", "transformer_tiny", "--share-all-embeddings"]
-LOGGED = ("loss", "nll_loss", "masked_ratio", "dense_ratio", "as_delta")
+LOGGED = ("loss", "nll_loss", "masked_ratio", "dense_ratio", "as_delta", "sparse_warmup")
 
 
 def train(data, save_dir, *flags, updates=6):
@@ -36,6 +36,8 @@ def test_logs_equal_the_unfused_run(criterion, toy_data, tmp_path):
             assert float(a[key]) == pytest.approx(float(b[key]), abs=2e-3), (key, a, b)
     if criterion == "as_softmax":
         assert [float(r["as_delta"]) for r in fused] == [1.0] * 3 + [0.3] * 3, "warm-up, then δ"
+    if criterion == "sparse_softmax":
+        assert [float(r["sparse_warmup"]) for r in fused] == [1.0] * 3 + [0.0] * 3, "softmax warm-up, then top k"
 
 
 def test_a_fused_run_resumes_and_its_checkpoint_decodes(toy_data, tmp_path):

@@ -50,6 +50,10 @@ def _refused(proc, tool: str, message: str, parsed: bool) -> None:
      "--as-speed-lambda must be > 0, got 0", True),
     (["--criterion", "as_softmax", "--as-warmup-ratio", "0.5", "--max-update", "0"],
      "--as-warmup-ratio is a fraction of --max-update: set --max-update", False),
+    (["--criterion", "sparse_softmax", "--sparse-warmup-ratio", "1"], "--sparse-warmup-ratio must be in [0, 1), got 1",
+     True),
+    (["--criterion", "sparse_softmax", "--sparse-warmup-ratio", "0.5", "--max-update", "0"],
+     "--sparse-warmup-ratio is a fraction of --max-update: set --max-update", False),
     (["--task", "sparse_seq2seq", "--criterion", "softmax", "--as-speed"],
      "--as-speed counts masked samples: train with --criterion as_softmax or as_multilabel", False),
 ])

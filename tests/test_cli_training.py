@@ -51,21 +51,33 @@ def test_train_then_generate(criterion, toy_data, tmp_path):
     assert sorted(hypotheses) == list(range(N_TEST)) and all(len(h) == 1 for h in hypotheses.values())
 
 
-def test_as_softmax_logs_masked_ratio_and_warmup_resumes_from_checkpoint(toy_data, tmp_path):
-    flags = ["--criterion", "as_softmax", "--as-delta", "0.3", "--as-warmup-ratio", "0.5"]
+# loss -> its warm-up flags, the logged value that shows the phase, and that value during and after the warm-up
+WARMUPS = {
+    "as_softmax": (["--criterion", "as_softmax", "--as-delta", "0.3", "--as-warmup-ratio", "0.5"], "as_delta", 1.0, 0.3),
+    "sparse_softmax": (["--criterion", "sparse_softmax", "--sparse-topk", "5", "--sparse-warmup-ratio", "0.5"],
+                       "sparse_warmup", 1.0, 0.0),
+}
+
+
+@pytest.mark.parametrize("loss", sorted(WARMUPS))
+def test_the_warmup_resumes_from_a_checkpoint(loss, toy_data, tmp_path):
+    flags, key, warm, after = WARMUPS[loss]
     # Stop after one epoch (5 updates here), then resume the same run up to --max-update 20.
     first = _train(toy_data, tmp_path, flags + ["--max-epoch", "1"], max_update=20)
     second = _train(toy_data, tmp_path, flags, max_update=20)
     before = json_logs(first, "train_inner")
-    after = json_logs(second, "train_inner")
+    after_logs = json_logs(second, "train_inner")
     assert 0 < len(before) < 10, "the first run must stop inside the warm-up"
-    assert [int(r["num_updates"]) for r in after] == list(range(len(before) + 1, 21)), "training did not resume"
-    for record in before + after:
+    assert [int(r["num_updates"]) for r in after_logs] == list(range(len(before) + 1, 21)), "training did not resume"
+    for record in before + after_logs:
         update_index = int(record["num_updates"]) - 1  # logged after the update it describes
-        expected = 1.0 if update_index < 10 else 0.3
-        assert float(record["as_delta"]) == pytest.approx(expected), record
-        assert 0.0 <= float(record["masked_ratio"]) <= 1.0
-    assert all(float(r["masked_ratio"]) == 0.0 for r in before), "δ = 1 masks nothing"
+        assert float(record[key]) == pytest.approx(warm if update_index < 10 else after), record
+    if loss == "as_softmax":
+        assert all(0.0 <= float(r["masked_ratio"]) <= 1.0 for r in before + after_logs)
+        assert all(float(r["masked_ratio"]) == 0.0 for r in before), "δ = 1 masks nothing"
+    else:  # the warm-up trains softmax cross-entropy, which nll_loss also is; then the loss over the top k is lower
+        assert all(float(r["loss"]) == float(r["nll_loss"]) for r in before)
+        assert all(float(r["loss"]) < float(r["nll_loss"]) for r in after_logs if int(r["num_updates"]) > 10)
 
 
 def test_checkpoint_needs_the_plugin_to_load(toy_data, tmp_path):

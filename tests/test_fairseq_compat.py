@@ -84,7 +84,7 @@ class _LogitsModel(torch.nn.Module):
 
 
 CRITERION_ARGS = {
-    "sparse_softmax": dict(sparse_topk=4, label_smoothing=0.1),
+    "sparse_softmax": dict(sparse_topk=4, label_smoothing=0.1, sparse_warmup_ratio=0.0, max_update=0),
     "as_softmax": dict(as_delta=0.3, as_warmup_ratio=0.0, max_update=0),
     "temperature_softmax": dict(softmax_temperature=0.8),
     "soft_margin_softmax": dict(softmax_margin=0.3),

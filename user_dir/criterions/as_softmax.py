@@ -8,8 +8,8 @@ from omegaconf import II
 
 from ..fairseq_compat import num_updates
 from ..losses import as_multilabel_loss, as_softmax
-from ..options import UsageError, in_range
-from .base import FusedOutputConfig, LossCriterion, LossOutput
+from ..options import in_range
+from .base import FusedOutputConfig, LossCriterion, LossOutput, check_warmup, in_warmup
 
 
 @dataclass
@@ -30,7 +30,7 @@ class ASSoftmaxConfig(FusedOutputConfig):
 
 def warmup_delta(delta: float, warmup_ratio: float, max_update: int, update: int) -> float:
     """δ = 1 while ``update < warmup_ratio · max_update``, then the configured δ."""
-    return 1.0 if update < warmup_ratio * max_update else delta
+    return 1.0 if in_warmup(warmup_ratio, max_update, update) else delta
 
 
 @register_criterion("as_softmax", dataclass=ASSoftmaxConfig)
@@ -43,8 +43,7 @@ class ASSoftmaxCriterion(LossCriterion):
 
     def __init__(self, cfg: ASSoftmaxConfig, task):
         super().__init__(cfg, task)
-        if cfg.as_warmup_ratio > 0 and not cfg.max_update:
-            raise UsageError("--as-warmup-ratio is a fraction of --max-update: set --max-update")
+        check_warmup("--as-warmup-ratio", cfg.as_warmup_ratio, cfg.max_update)
 
     def same_as(self, num_classes):
         if self.cfg.as_delta == 1:

@@ -199,10 +199,24 @@ class LossCriterion(CheckedArgs, FairseqCriterion):
         return True
 
 
+def in_warmup(ratio: float, max_update: int, update: int) -> bool:
+    """Whether update ``update`` (0-based) falls in the first ``ratio`` of ``max_update``: the warm-up of the
+    sparse losses, which train plain softmax over every class there. The update count is fairseq's, restored
+    with a checkpoint, so a resumed run continues the schedule where it stopped."""
+    return update < ratio * max_update
+
+
+def check_warmup(option: str, ratio: float, max_update: int | None) -> None:
+    if ratio > 0 and not max_update:
+        raise UsageError(f"{option} is a fraction of --max-update: set --max-update")
+
+
 def check_plain_output_layer(decoder) -> None:
     """--fused-output-layer computes ``F.linear(features, output_projection)`` itself: refuse a decoder
     whose logits come out any other way."""
     name = type(decoder).__name__
+    if getattr(decoder, "logits_are_output_projection", False):  # a plugin decoder that promises it
+        return
     if not isinstance(decoder, TransformerDecoderBase):
         problem = "is not a fairseq transformer decoder"
     elif type(decoder).output_layer is not TransformerDecoderBase.output_layer:

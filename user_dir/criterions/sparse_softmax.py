@@ -1,12 +1,14 @@
-"""``--criterion sparse_softmax``: Sparse-softmax training (Sun et al. 2021)."""
+"""``--criterion sparse_softmax``: Sparse-softmax training (Sun et al. 2021), with an optional softmax warm-up."""
 
 from dataclasses import dataclass, field
 
 from fairseq.criterions import register_criterion
+from omegaconf import II
 
-from ..losses import sparse_softmax_loss
+from ..fairseq_compat import num_updates
+from ..losses import softmax_loss, sparse_softmax_loss
 from ..options import at_least, in_range
-from .base import FusedOutputConfig, LossCriterion, LossOutput
+from .base import FusedOutputConfig, LossCriterion, LossOutput, check_warmup, in_warmup
 
 
 @dataclass
@@ -23,10 +25,26 @@ class SparseSoftmaxConfig(FusedOutputConfig):
         metadata={"help": "epsilon spread uniformly over the k kept classes (not the whole vocabulary, "
                   "whose classes outside the top k have probability 0)", "check": in_range(0, 1)},
     )
+    sparse_warmup_ratio: float = field(
+        default=0.0,
+        metadata={"help": "train plain softmax cross-entropy over every class for this fraction of --max-update "
+                  "first, then sparse_softmax (as AS-Softmax's delta = 1 warm-up): the top k only means something "
+                  "once the model ranks the vocabulary, so a model trained from scratch needs it. The update count "
+                  "comes from fairseq, so resuming from a checkpoint continues the schedule",
+                  "check": in_range(0, 1, high_open=True)},
+    )
+    max_update: int = II("optimization.max_update")
 
 
 @register_criterion("sparse_softmax", dataclass=SparseSoftmaxConfig)
 class SparseSoftmaxCriterion(LossCriterion):
+    # sparse_warmup: the share of rows trained with plain softmax (1 during the warm-up, then 0)
+    ratios = {"sparse_warmup": ("n_warmup_rows", "n_rows")}
+
+    def __init__(self, cfg: SparseSoftmaxConfig, task):
+        super().__init__(cfg, task)
+        check_warmup("--sparse-warmup-ratio", cfg.sparse_warmup_ratio, cfg.max_update)
+
     def same_as(self, num_classes):
         k = self.cfg.sparse_topk
         if k >= num_classes:
@@ -35,9 +53,16 @@ class SparseSoftmaxCriterion(LossCriterion):
         return None
 
     def row_loss(self, batch, model, reduction):
-        k = min(self.cfg.sparse_topk, batch.num_classes)  # top-V of V classes is the full softmax, exactly
-        eps = self.cfg.label_smoothing
+        cfg = self.cfg
+        warm = in_warmup(cfg.sparse_warmup_ratio, cfg.max_update or 0, num_updates(model))
+        counts = {"n_warmup_rows": batch.n_rows if warm else batch.n_rows * 0}
+        eps = cfg.label_smoothing  # over the k kept classes; in the warm-up all are kept: plain smoothing
+        k = min(cfg.sparse_topk, batch.num_classes)  # top-V of V classes is the full softmax, exactly
         if batch.features is not None:
-            out = self.fused_loss(batch, reduction, "sparse_softmax", k=k, label_smoothing=eps)
-            return LossOutput(out.loss, out.nll)
-        return LossOutput(sparse_softmax_loss(batch.logits, batch.target, k, batch.ignore_index, reduction, eps))
+            out = (self.fused_loss(batch, reduction, "cross_entropy", label_smoothing=eps) if warm
+                   else self.fused_loss(batch, reduction, "sparse_softmax", k=k, label_smoothing=eps))
+            return LossOutput(out.loss, out.nll, counts)
+        if warm:
+            return LossOutput(softmax_loss(batch.logits, batch.target, batch.ignore_index, reduction, eps), None, counts)
+        return LossOutput(sparse_softmax_loss(batch.logits, batch.target, k, batch.ignore_index, reduction, eps),
+                          None, counts)
