@@ -18,17 +18,25 @@ that the model learns to copy, so its output can be scored against the reference
 literal ``<unk>`` in the input would become fairseq's unknown symbol (and come back as ``<unk>``), so
 it is rewritten to ``--unk-token`` and counted.
 
+``--hf-tokenizer DIR`` tokenises with a pretrained checkpoint's tokenizer instead of sentencepiece, for
+``--arch hf_unilm --hf-model-dir DIR``: ``--max-target-tokens`` (by default the model's) then counts that
+tokenizer's tokens, every split's binarised targets are cut to it and its sources to what the model's
+positions leave (counted; ``test.ref`` keeps the references whole).
+
     python data-prep/prepare_gigaword.py sumdata/ data/giga                      # full data
     python data-prep/prepare_gigaword.py org_data/ data/giga10k --train-subset 10000
+    python data-prep/prepare_gigaword.py org_data/ data/giga10k-minilm --train-subset 10000 \
+        --hf-tokenizer models/all-MiniLM-L6-v2
 """
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 
 from tqdm import tqdm
 
-from preplib import script
+from preplib import binarize, hf_tokenizer, script
 from preplib.textio import PairWriter, PrepError, SplitCounts, normalize, read_parallel, require_file, truncate
 
 #: split → (source, target) file names, relative to the input folder, per input format.
@@ -83,7 +91,7 @@ def prepare_split(split: str, src: Path, tgt: Path, out: Path, args: argparse.Na
                                            mininterval=1):
             source = truncate(clean(raw_source, args.unk_token, counts), args.max_source_tokens, counts, "source")
             target = clean(raw_target, args.unk_token, counts)
-            if split != "test":
+            if split != "test" and args.hf_tokenizer is None:  # with it: in its tokens, every split, when binarised
                 target = truncate(target, args.max_target_tokens, counts, "target")
             writer.write(source, target, reference=raw_target)
             if limit is not None and counts.written == limit:
@@ -104,11 +112,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-source-tokens", type=int, metavar="N",
                         help="truncate articles to N whitespace tokens (every split; counted)")
     parser.add_argument("--max-target-tokens", type=int, metavar="N",
-                        help="truncate training/validation titles to N tokens (counted; test references never)")
+                        help="truncate training/validation titles to N tokens (counted; test references never); "
+                        "with --hf-tokenizer: N of its tokens, every split's binarised titles (default: that of --arch "
+                        "hf_unilm's --max-target-tokens; test.ref keeps them whole)")
     parser.add_argument("--unk-token", default="UNK", help="what a literal <unk> in the input is written as "
                         "(default: %(default)s, the data's own spelling)")
     script.add_arguments(parser)
+    hf_tokenizer.add_argument(parser)
     args = parser.parse_args(argv)
+    hf_tokenizer.check_options(parser, args)
+    if args.hf_tokenizer is not None:
+        args.max_target_tokens = hf_tokenizer.max_target_tokens(args)
     for name in ("train_subset", "max_source_tokens", "max_target_tokens"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -119,7 +133,9 @@ def main(argv: list[str] | None = None) -> None:
             require_file(src, f"{fmt} {split} source")
             require_file(tgt, f"{fmt} {split} target")
         counts = {split: prepare_split(split, src, tgt, out, args) for split, (src, tgt) in files.items()}
-        script.finish(args, out, counts, {"input": str(args.input), "input_format": fmt})
+        script.finish(args, out, counts, {"input": str(args.input), "input_format": fmt},
+                      binarizer=functools.partial(binarize.binarize, hf_tokenizer=args.hf_tokenizer,
+                                                  max_target_tokens=args.max_target_tokens))
 
 
 if __name__ == "__main__":

@@ -21,22 +21,33 @@ answer as central as possible (counted).
 Output as ``prepare_gigaword.py``: ``{train,valid,test}.{src,tgt}``, ``test.ref``, ``spm.model``,
 ``dict.txt``, ``data-bin/``, ``prep_summary.json``. The separator is kept as one sentencepiece piece.
 
+``--hf-tokenizer DIR`` prepares JSON input for ``--arch hf_unilm --hf-model-dir DIR`` (UniLM's input): the
+original text instead of PTB tokens, tokenised by that checkpoint's tokenizer, its own separator token (BERT's
+``[SEP]``), and the passage window measured in its tokens: ``--max-source-tokens`` defaults to all the room the
+model's positions leave beside a target of ``--max-target-tokens`` (by default the model's). ``test.ref`` keeps
+the PTB-tokenised questions, as Du et al.'s references, for scoring.
+
     python data-prep/prepare_squad_qg.py data/squad-qg --train-json train-v1.1.json --dev-json dev-v1.1.json
     python data-prep/prepare_squad_qg.py data/du2017 --du2017-dir squad_qg_du2017 --text-only
+    python data-prep/prepare_squad_qg.py data/qg-minilm --train-json train-v1.1.json --dev-json dev-v1.1.json \
+        --hf-tokenizer models/all-MiniLM-L6-v2
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
 from tqdm import tqdm
 
-from preplib import script
+from preplib import binarize, hf_tokenizer, script
 from preplib.squad import ORDERS, Article, QGOptions, examples, load_articles
 from preplib.textio import PairWriter, PrepError, SplitCounts, normalize, read_parallel, require_file
+from userinput import exit_on_error  # importable once preplib is (it puts scripts/ on the path)
 
 DU_SPLITS = {"train": "train", "valid": "dev", "test": "test"}  # our name → Du et al.'s file name
+PTB_SOURCE_TOKENS = 464  # the Sparse-softmax paper's passage + separator + answer, in words
 
 
 def json_splits(args: argparse.Namespace) -> dict[str, tuple[list[Article], str]]:
@@ -75,11 +86,40 @@ def json_splits(args: argparse.Namespace) -> dict[str, tuple[list[Article], str]
             for split, articles in splits.items()}
 
 
-def write_split(split: str, pairs, out: Path, counts: SplitCounts) -> None:
-    """Write normalised pairs; the test references also go to ``test.ref`` as they are."""
+def write_split(split: str, examples, out: Path, counts: SplitCounts) -> None:
+    """Write normalised (source, target, reference) examples; the test references also go to ``test.ref`` as
+    they are."""
     with PairWriter(out / split, counts, references=out / "test.ref" if split == "test" else None) as writer:
-        for source, target in tqdm(pairs, desc=split, unit=" ex", disable=None, mininterval=1):
-            writer.write(normalize(source), normalize(target), reference=target)
+        for source, target, reference in tqdm(examples, desc=split, unit=" ex", disable=None, mininterval=1):
+            writer.write(normalize(source), normalize(target), reference=reference)
+
+
+def tokenizer_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
+    """With --hf-tokenizer: the QGOptions its tokenizer sets (separator, source budget, token counts); also
+    settles --max-target-tokens."""
+    if args.hf_tokenizer is None:
+        if args.max_target_tokens is not None:
+            parser.error("--max-target-tokens: only with --hf-tokenizer (sentencepiece data is cut by the model)")
+        return {"max_source_tokens": args.max_source_tokens or PTB_SOURCE_TOKENS, "separator": args.separator or "[SEP]"}
+    if args.du2017_dir is not None:
+        parser.error("--hf-tokenizer: Du et al.'s files are tokenised already; prepare from the SQuAD JSON files")
+    with exit_on_error(parser):
+        tokenizer, longest = hf_tokenizer.load(args.hf_tokenizer)
+        args.max_target_tokens = hf_tokenizer.max_target_tokens(args)
+        room = hf_tokenizer.source_room(longest, args.max_target_tokens)
+    if args.separator not in (None, tokenizer.sep_token):
+        parser.error(f"--separator {args.separator}: with --hf-tokenizer the separator is its tokenizer's "
+                     f"{tokenizer.sep_token}")
+    if args.max_source_tokens is not None and args.max_source_tokens > room:
+        parser.error(f"--max-source-tokens {args.max_source_tokens}: the model's {longest} positions leave room "
+                     f"for {room} source tokens beside a target of --max-target-tokens {args.max_target_tokens}")
+
+    @functools.lru_cache(maxsize=1 << 20)
+    def length(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    return {"max_source_tokens": args.max_source_tokens or room, "separator": tokenizer.sep_token,
+            "tokenizer_length": length}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -95,18 +135,28 @@ def main(argv: list[str] | None = None) -> None:
     qg = parser.add_argument_group("examples from JSON")
     qg.add_argument("--order", choices=ORDERS, default="passage-answer",
                     help="passage-answer (UniLM, default) or answer-passage (ProphetNet)")
-    qg.add_argument("--separator", default="[SEP]", help="token between passage and answer (default: %(default)s)")
-    qg.add_argument("--max-source-tokens", type=int, default=464,
-                    help="passage + separator + answer, in words (default: %(default)s, the paper's)")
+    qg.add_argument("--separator", help="token between passage and answer (default: [SEP]; with --hf-tokenizer "
+                    "its tokenizer's)")
+    qg.add_argument("--max-source-tokens", type=int,
+                    help=f"passage + separator + answer, in words (default: {PTB_SOURCE_TOKENS}, the paper's); with "
+                    "--hf-tokenizer in its tokens (default: the room the model's positions leave beside the target)")
+    qg.add_argument("--max-target-tokens", type=int, metavar="N",
+                    help="with --hf-tokenizer: the longest question in its tokens; longer ones are cut in the "
+                    "binarised data, counted (default: that of --arch hf_unilm's --max-target-tokens)")
     qg.add_argument("--no-lowercase", dest="lowercase", action="store_false", help="keep the case of the text")
     script.add_arguments(parser)
+    hf_tokenizer.add_argument(parser)
     args = parser.parse_args(argv)
     if (args.du2017_dir is None) == (args.train_json is None and args.dev_json is None):
         parser.error("give either --du2017-dir or --train-json/--dev-json")
-    if args.max_source_tokens < 3:
-        parser.error(f"--max-source-tokens: expected at least 3, got {args.max_source_tokens}")
-    if not args.separator or len(args.separator.split()) != 1:
+    for name in ("max_source_tokens", "max_target_tokens"):
+        if (value := getattr(args, name)) is not None and value < (3 if name == "max_source_tokens" else 1):
+            parser.error(f"--{name.replace('_', '-')}: expected at least {3 if name == 'max_source_tokens' else 1}, "
+                         f"got {value}")
+    if args.separator is not None and len(args.separator.split()) != 1:
         parser.error(f"--separator: expected one token, got {args.separator!r}")
+    hf_tokenizer.check_options(parser, args)
+    tokenizing = tokenizer_options(parser, args)
     with script.output_folder(parser, args) as out:
         counts: dict[str, SplitCounts] = {}
         if args.du2017_dir is not None:
@@ -117,17 +167,19 @@ def main(argv: list[str] | None = None) -> None:
                 counts[split] = SplitCounts(source=f"{src} and {tgt}")
                 pairs = read_parallel(require_file(src, "Du source"), require_file(tgt, "Du target"),
                                       counts[split], skip_invalid=args.skip_invalid)
-                write_split(split, pairs, out, counts[split])
+                write_split(split, ((source, target, target) for source, target in pairs), out, counts[split])
             if not counts:
                 raise PrepError(f"{args.du2017_dir}: no src-/tgt-{{train,dev,test}}.txt files")
         else:
-            options = QGOptions(max_source_tokens=args.max_source_tokens, order=args.order,
-                                separator=args.separator, lowercase=args.lowercase, skip_invalid=args.skip_invalid)
+            options = QGOptions(order=args.order, lowercase=args.lowercase, skip_invalid=args.skip_invalid,
+                                **tokenizing)
             for split, (articles, source) in json_splits(args).items():
                 counts[split] = SplitCounts(source=source)
                 write_split(split, examples(articles, options, counts[split]), out, counts[split])
         script.finish(args, out, counts, {"input": str(args.du2017_dir or args.train_json or args.dev_json)},
-                      user_symbols=[args.separator])
+                      user_symbols=[tokenizing["separator"]],
+                      binarizer=functools.partial(binarize.binarize, hf_tokenizer=args.hf_tokenizer,
+                                                  max_target_tokens=args.max_target_tokens))
 
 
 if __name__ == "__main__":

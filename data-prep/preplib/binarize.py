@@ -18,6 +18,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Callable
 
+from . import hf_tokenizer as hf
 from .textio import PrepError, require_file
 
 SPLITS = ("train", "valid", "test")
@@ -148,12 +149,20 @@ def encode_splits(out: Path, splits: list[str], sides: tuple[str, ...], *, spm_m
 
 
 def binarize(out: Path, splits: list[str], *, spm_model: Path | None, dictionary: Path | None,
-             options: SentencePieceOptions, workers: int = 1) -> dict:
-    """``{out}/{split}.{src,tgt}`` → pieces → ``{out}/data-bin`` (one dictionary for both sides)."""
-    result = encode_splits(out, splits, SIDES, spm_model=spm_model, dictionary=dictionary, options=options)
+             options: SentencePieceOptions, workers: int = 1, hf_tokenizer: Path | None = None,
+             max_target_tokens: int = 0) -> dict:
+    """``{out}/{split}.{src,tgt}`` → pieces → ``{out}/data-bin`` (one dictionary for both sides). With
+    ``hf_tokenizer`` (a pretrained checkpoint's folder, for ``--arch hf_unilm``) the pieces are that tokenizer's
+    tokens, cut to fit the model with targets of up to ``max_target_tokens`` (``hf_tokenizer.encode_pairs``)."""
+    if hf_tokenizer is None:
+        result = encode_splits(out, splits, SIDES, spm_model=spm_model, dictionary=dictionary, options=options)
+        pieces = "spm"
+    else:
+        result = hf.encode_pairs(out, splits, hf_tokenizer, max_target_tokens)
+        pieces = "hf"
     lines = result["binarised_sentences"]
     fairseq_preprocess(["--source-lang", "src", "--target-lang", "tgt", "--joined-dictionary", "--srcdict",
-                        str(out / result["dictionary"]), *split_prefixes(lambda split: out / f"{split}.spm", lines)],
+                        str(out / result["dictionary"]), *split_prefixes(lambda split: out / f"{split}.{pieces}", lines)],
                        out / "data-bin", {f"{split}.src-tgt.{side}": n for split, n in lines.items() for side in SIDES},
                        workers)
     return {**result, "data_bin": "data-bin"}

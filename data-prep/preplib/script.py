@@ -88,7 +88,7 @@ def finish(args: argparse.Namespace, out: Path, counts: dict[str, SplitCounts], 
         sentences = ", ".join(f"{split} {n}" for split, n in result["binarised_sentences"].items())
         print(f"binarised ({sentences} sentences) -> {args.out / 'data-bin'}", file=sys.stderr)
         for name, n in result["unknown_pieces"].items():
-            print(f"note: {n} characters in {name} unknown to the sentencepiece model (fairseq <unk>)",
-                  file=sys.stderr)
+            print(f"note: {n} pieces of {name} are the tokenizer's unknown token (characters it has never seen; "
+                  "fairseq <unk>)", file=sys.stderr)
         summary.update(result)
     (out / "prep_summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")

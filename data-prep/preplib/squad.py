@@ -3,13 +3,15 @@
 Each question becomes one example: the passage (cut to a window around the answer when it is longer
 than the budget) joined with the answer by a separator, and the question as the target. Both orders
 the papers use are offered: UniLM's "passage [SEP] answer" and ProphetNet's "answer [SEP] passage".
+The text is our PTB tokens (Du et al.'s convention), or for a pretrained checkpoint's tokenizer the original
+text, measured in that tokenizer's tokens; the reference kept for scoring is the PTB-tokenised question either way.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 from .ptb import tokenize  # PTB tokens with offsets, as Du et al.'s files
 from .textio import InvalidExample, PrepError, SplitCounts, read_document
@@ -54,6 +56,9 @@ class QGOptions:
     separator: str = "[SEP]"
     lowercase: bool = True
     skip_invalid: bool = False
+    #: the length of a piece of text in the source's tokens (None: one per PTB token). Given for a pretrained
+    #: checkpoint's tokenizer, which also reads the original text rather than our PTB tokens
+    tokenizer_length: Callable[[str], int] | None = None
 
 
 def _field(record: dict, key: str, kind: type, where: str):
@@ -63,25 +68,44 @@ def _field(record: dict, key: str, kind: type, where: str):
     return value
 
 
-def examples(articles: list[Article], options: QGOptions, counts: SplitCounts) -> Iterator[tuple[str, str]]:
-    """(source, question) for every question of ``articles``; a bad record is an error naming the file
-    and the qa id (or its position), or with ``skip_invalid`` a counted skip."""
+def examples(articles: list[Article], options: QGOptions, counts: SplitCounts) -> Iterator[tuple[str, str, str]]:
+    """(source, question, reference) for every question of ``articles``; the reference is the question as Du et
+    al.'s files write it (PTB tokens, lower-cased unless ``--no-lowercase``), whatever the target's form. A bad
+    record is an error naming the file and the qa id (or its position), or with ``skip_invalid`` a counted skip."""
     for article in articles:
         origin = f"{article.path}: data[{article.index}]"
         for p, paragraph in enumerate(_field(article.record, "paragraphs", list, origin)):
             where = f"{origin}.paragraphs[{p}]"
             context = _field(paragraph, "context", str, where)
             tokens = tokenize(context)
+            length = options.tokenizer_length
+            costs = [1] * len(tokens) if length is None else [length(context[s:e]) for _, s, e in tokens]
             for q, qa in enumerate(_field(paragraph, "qas", list, where)):
                 counts.read += 1
                 qid = qa.get("id", f"#{q}") if isinstance(qa, dict) else f"#{q}"
                 try:
-                    yield _example(context, tokens, qa, options, counts, f"{where}: qa {qid}")
+                    yield _example(context, tokens, costs, qa, options, counts, f"{where}: qa {qid}")
                 except BadRecord as err:
                     counts.skip_or_raise(err, options.skip_invalid)
 
 
-def _example(context: str, tokens, qa: dict, options: QGOptions, counts: SplitCounts, where: str) -> tuple[str, str]:
+def window(costs: list[int], first: int, end: int, budget: int) -> tuple[int, int]:
+    """The widest run of tokens around ``first:end`` whose costs sum to at most ``budget``, grown a token at a
+    time on the right, then the left, and so on (with one token each: the answer as central as the passage's
+    ends allow, the right side taking the odd one)."""
+    left, right, room = first, end, budget - sum(costs[first:end])
+    grew = True
+    while grew:
+        grew = False
+        if right < len(costs) and costs[right] <= room:
+            room, right, grew = room - costs[right], right + 1, True
+        if left > 0 and costs[left - 1] <= room:
+            room, left, grew = room - costs[left - 1], left - 1, True
+    return left, right
+
+
+def _example(context: str, tokens, costs: list[int], qa: dict, options: QGOptions, counts: SplitCounts,
+             where: str) -> tuple[str, str, str]:
     question = _field(qa, "question", str, where)
     answers = _field(qa, "answers", list, where)
     if not answers:
@@ -95,23 +119,48 @@ def _example(context: str, tokens, qa: dict, options: QGOptions, counts: SplitCo
     span = [i for i, (_, s, e) in enumerate(tokens) if s < start + len(text) and e > start]
     if not span or not question.split():
         raise BadRecord(where, "empty answer or question")
-    answer_tokens = [tok for tok, _, _ in tokens[span[0]:span[-1] + 1]]
-    budget = options.max_source_tokens - len(answer_tokens) - 1  # the separator takes one
-    if budget < len(answer_tokens):
-        # The passage window must hold the answer itself, so the least that works is 2 * answer + 1.
-        raise BadRecord(where, "answer too long for --max-source-tokens",
-                        f" ({options.max_source_tokens}; the answer has {len(answer_tokens)} tokens): the least that "
-                        f"works is --max-source-tokens {2 * len(answer_tokens) + 1} (the answer in the passage, "
-                        f"the separator, the answer again)")
-    words = [tok for tok, _, _ in tokens]
-    if len(words) > budget:
-        # A window of `budget` tokens, the answer as central as the passage's ends allow.
-        first = min(max(span[0] - (budget - len(answer_tokens)) // 2, 0), len(words) - budget)
-        words = words[first:first + budget]
-        counts.edited[f"passage cut to a {options.max_source_tokens}-token window around the answer"] += 1
-    passage, answer_text = " ".join(words), " ".join(answer_tokens)
-    target = " ".join(tok for tok, _, _ in tokenize(question))
+    first, end = span[0], span[-1] + 1
+    length = options.tokenizer_length
+    answer_cost = sum(costs[first:end])
+    budget = options.max_source_tokens - answer_cost - (1 if length is None else length(options.separator))
+    least = options.max_source_tokens - budget + answer_cost  # the answer in the passage, separator, answer
+    if budget < answer_cost:
+        raise _too_long(where, options, answer_cost, least)
+    left, right = window(costs, first, end, budget) if sum(costs) > budget else (0, len(tokens))
+    reference = " ".join(tok for tok, _, _ in tokenize(question))
     if options.lowercase:
-        passage, answer_text, target = passage.lower(), answer_text.lower(), target.lower()
-    parts = (passage, answer_text) if options.order == "passage-answer" else (answer_text, passage)
-    return f"{parts[0]} {options.separator} {parts[1]}", target
+        reference = reference.lower()
+    if length is None:  # PTB tokens, as Du et al.'s files
+        passage = " ".join(tok for tok, _, _ in tokens[left:right])
+        answer_text = " ".join(tok for tok, _, _ in tokens[first:end])
+        if options.lowercase:
+            passage, answer_text = passage.lower(), answer_text.lower()
+        source, target = _join(passage, answer_text, options), reference
+    else:
+        # the original text, which the pretrained tokenizer splits (and lower-cases) as it was trained to; a
+        # token's pieces alone may differ from its pieces in context, so the window shrinks until the source fits
+        answer_text = context[tokens[first][1]:tokens[end - 1][2]]
+        while True:
+            source = _join(context[tokens[left][1]:tokens[right - 1][2]], answer_text, options)
+            over = length(source) - options.max_source_tokens
+            if over <= 0:
+                break
+            if (left, right) == (first, end):
+                raise _too_long(where, options, answer_cost, least + over)
+            budget -= over
+            left, right = window(costs, first, end, budget)
+        target = question
+    if (left, right) != (0, len(tokens)):
+        counts.edited[f"passage cut to a {options.max_source_tokens}-token window around the answer"] += 1
+    return source, target, reference
+
+
+def _too_long(where: str, options: QGOptions, answer_cost: int, least: int) -> BadRecord:
+    return BadRecord(where, "answer too long for --max-source-tokens",
+                     f" ({options.max_source_tokens}; the answer has {answer_cost} tokens): the least that works is "
+                     f"--max-source-tokens {least} (the answer in the passage, the separator, the answer again)")
+
+
+def _join(passage: str, answer: str, options: QGOptions) -> str:
+    parts = (passage, answer) if options.order == "passage-answer" else (answer, passage)
+    return f"{parts[0]} {options.separator} {parts[1]}"

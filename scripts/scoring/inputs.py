@@ -16,12 +16,13 @@ from pathlib import Path
 from userinput import BOM_REMOVED, UserInputError, decode, without_bom
 
 #: Subword markers that ``--remove-bpe`` undoes, with fairseq's ``--post-process`` semantics.
-REMOVE_BPE = ("none", "sentencepiece", "subword_nmt")
+REMOVE_BPE = ("none", "sentencepiece", "subword_nmt", "wordpiece")
 #: How a hypothesis file is read; auto = fairseq-generate output when it has ``H-<id>`` lines.
 FORMATS = ("auto", "text", "fairseq")
 
 _FAIRSEQ_LINE = re.compile(r"^([A-Z])-(\d+)\t")
 #: Subword markers left in text, by the --remove-bpe scheme that removes them.
+#: (Not WordPiece's ##: Gigaword writes digits as #, so "##th" is a word there.)
 _SUBWORD_MARKERS = {"sentencepiece": re.compile("\u2581"), "subword_nmt": re.compile(r"\S@@(?= |$)")}
 #: fairseq-generate writes an out-of-vocabulary reference word as this (``escape_unk=True``).
 ESCAPED_UNK = "<<unk>>"
@@ -50,11 +51,14 @@ def read_lines(path: str | Path, notes: list[str]) -> list[str]:
 
 
 def remove_bpe(text: str, scheme: str) -> str:
-    """Undo subword segmentation exactly as fairseq's ``--post-process`` does for the same scheme."""
+    """Undo subword segmentation exactly as fairseq's ``--post-process`` does for the same scheme (``wordpiece``,
+    which fairseq has no post-processing for: as the Hugging Face tokenizer joins its pieces)."""
     if scheme == "sentencepiece":
         return text.replace(" ", "").replace("\u2581", " ").strip()
     if scheme == "subword_nmt":
         return (text + " ").replace("@@ ", "").rstrip()
+    if scheme == "wordpiece":  # BERT's WordPiece (--hf-tokenizer data): a continuation piece starts with ##
+        return (" " + text).replace(" ##", "").strip()
     if scheme == "none":
         return text
     raise ValueError(f"--remove-bpe: unknown scheme {scheme!r}; expected one of {', '.join(REMOVE_BPE)}")
