@@ -52,11 +52,11 @@ def device(request) -> torch.device:
     return torch.device(request.param)
 
 
-def run_cli(*args: str, cwd: Path = ROOT, check: bool = True) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd: Path = ROOT, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
     cmd = [str(BIN / args[0]), *map(str, args[1:])]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin must load checkpoints by itself
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, input=input)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc

@@ -102,6 +102,7 @@ def test_plugin_help_documents_every_option():
 
     import user_dir  # noqa: F401  (registers the criterions whose dataclasses are compared below)
     from user_dir.as_speed import ASSpeedConfig
+    from user_dir.models.hf_unilm import HFUniLMConfig
     from user_dir.models.text_encoder import TextEncoderConfig
     from user_dir.tasks.sparse_seq2seq import MaskedDecodingConfig
     from user_dir.tasks.text_classification import TextClassificationConfig
@@ -111,7 +112,8 @@ def test_plugin_help_documents_every_option():
     names = CRITERIA_NAMES + ["softmax", "multilabel_softmax", "as_multilabel"]
     sections = [(f"criterion {name}", CRITERION_DATACLASS_REGISTRY[name]) for name in names]
     sections += [("task sparse_seq2seq", MaskedDecodingConfig), ("task sparse_seq2seq", ASSpeedConfig),
-                 ("task text_classification", TextClassificationConfig), ("model text_encoder", TextEncoderConfig)]
+                 ("task text_classification", TextClassificationConfig), ("model text_encoder", TextEncoderConfig),
+                 ("model hf_unilm", HFUniLMConfig)]
     for title, dc in sections:
         section = out.split(f"=== {title}\n")[1].split("===")[0]
         for f in dataclasses.fields(dc):

@@ -26,25 +26,26 @@ SPLITS = ("train", "valid", "test")
 WHOLE = sorted({*FILLERS, *(w for words in TOPICS.values() for w in words[:3])})
 
 
-def write_tiny_bert(folder: Path, max_positions: int = 64) -> Path:
-    """A tiny BERT with random weights and a WordPiece vocabulary: the test words, single letters
-    and ``##`` letters (so that every lower-case word has tokens and the longer topic words are split)."""
+def write_tiny_bert(folder: Path, max_positions: int = 64, words=WHOLE, head: str = "Model") -> Path:
+    """A tiny BERT with random weights and a WordPiece vocabulary: ``words``, single letters and ``##`` letters
+    (so that every lower-case word has tokens and the longer topic words are split); ``head``: the transformers
+    class saved (``Model``: an encoder without MLM head, as a sentence-embedding checkpoint; ``ForMaskedLM``)."""
     letters = "abcdefghijklmnopqrstuvwxyz"
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *letters, *(f"##{c}" for c in letters), *WHOLE]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *letters, *(f"##{c}" for c in letters), *words]
     folder.mkdir(parents=True)
     tokenizer = transformers.BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)}, do_lower_case=True,
                                                model_max_length=max_positions)
-    return save_random(folder, tokenizer, "Bert", max_position_embeddings=max_positions)
+    return save_random(folder, tokenizer, "Bert", head, max_position_embeddings=max_positions)
 
 
-def save_random(folder: Path, tokenizer, family: str, **config) -> Path:
-    """``tokenizer`` and a 2-layer, 32-wide ``family`` model (``Bert``, ``Roberta``) with random weights, saved
-    in ``folder`` as save_pretrained writes a checkpoint."""
+def save_random(folder: Path, tokenizer, family: str, head: str = "Model", **config) -> Path:
+    """``tokenizer`` and a 2-layer, 32-wide ``family`` model (``Bert``, ``Roberta``; class ``family + head``) with
+    random weights, saved in ``folder`` as save_pretrained writes a checkpoint."""
     torch.manual_seed(0)
     ids = max(tokenizer.get_vocab().values()) + 1  # not len(tokenizer): a vocabulary may skip ids
     config = getattr(transformers, f"{family}Config")(vocab_size=ids, hidden_size=32, num_hidden_layers=2,
                                                       num_attention_heads=2, intermediate_size=64, **config)
-    getattr(transformers, f"{family}Model")(config).save_pretrained(folder)
+    getattr(transformers, f"{family}{head}")(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 

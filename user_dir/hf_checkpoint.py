@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+#: ``--arch hf_unilm``'s longest target (its end token not counted) by default, and so the prep's
+MAX_TARGET_TOKENS = 64
+
 
 def problem(folder: str | Path, option: str) -> str | None:
     """What makes ``folder`` no checkpoint folder, as a one-line error naming ``option``; None when it is one."""
