@@ -321,6 +321,17 @@ def test_the_fused_output_layer_logs_what_the_plain_one_does(data, bert, tmp_pat
             assert float(a[key]) == pytest.approx(float(b[key]), abs=2e-3), (key, a, b)
 
 
+def test_bf16_training_fused_and_its_checkpoint_decodes(data, bert, tmp_path):
+    """fairseq-train --bf16 (the model in bfloat16, fp32 master weights; on the CPU here, as on a GPU)."""
+    logs = json_logs(train(data, bert, tmp_path, *LOSSES["as_softmax+warmup"], "--bf16", "--fused-output-layer",
+                           updates=6), "train_inner")
+    assert len(logs) == 6 and all(float(r["loss"]) == float(r["loss"]) < 100 for r in logs)  # finite
+    gen = run_cli("fairseq-generate", data / "data-bin", "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq",
+                  "--path", tmp_path / "checkpoint_last.pt", "--cpu", "--bf16", "--beam", "3", "--batch-size", "16",
+                  "--gen-subset", "test", "--decoding-topk", "6")
+    assert sorted(output_lines(gen.stdout, "H")) == list(range(N_TEST))
+
+
 # ----------------------------------------------------------------- refusals
 
 def refused(proc, message: str) -> None:
@@ -333,6 +344,15 @@ def refused(proc, message: str) -> None:
 def test_a_missing_checkpoint_folder(data, tmp_path):
     proc = train(data, tmp_path / "nowhere", tmp_path / "save", check=False)
     refused(proc, f"--hf-model-dir {tmp_path / 'nowhere'}: no config.json there")
+    assert not list((tmp_path / "save").glob("*.pt"))
+
+
+def test_a_checkpoint_that_is_not_bert(data, tmp_path):
+    from test_hf_encoder import write_tiny_roberta
+
+    proc = train(data, write_tiny_roberta(tmp_path / "roberta"), tmp_path / "save", check=False)
+    refused(proc, "--arch hf_unilm takes a BERT checkpoint (BERT, MiniLM: config model_type 'bert'); this one is "
+                  "'roberta'")
     assert not list((tmp_path / "save").glob("*.pt"))
 
 
