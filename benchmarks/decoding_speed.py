@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Sentences/s of masked beam search (--decoding-topk, --source-vocab-mask) vs plain beam search.
+"""Sentences/s of masked beam search (--decoding-topk, --source-vocab-mask) vs plain beam search, and of
+decoding with the decoder's key/value cache vs recomputing the prefix at every step (--recompute).
 
 One checkpoint, one test set, one process: every configuration decodes the same batches through
 the task's own ``build_generator`` / ``inference_step`` (what fairseq-generate calls), without
@@ -11,9 +12,15 @@ Masking changes the scores, and so what is generated and how many beam steps a b
 table also gives the output length (tokens in the best hypotheses), the number of decoder steps,
 and the time per step relative to plain beam search (the cost of the masking itself).
 
+``--recompute`` adds each configuration run without the cache (fairseq's generator then calls the decoder on
+the whole prefix at every step, as for a decoder without incremental state): same hypotheses, and what the
+cache (``--arch hf_unilm``'s per-layer keys and values, or fairseq's transformer's) is worth.
+
     bash scripts/run_demo.sh                 # makes demo/data-bin and demo/checkpoints
     python benchmarks/decoding_speed.py      # table + PNG in benchmarks/results/
     python benchmarks/decoding_speed.py --data-bin data-bin/giga --path ckpt.pt --batch-size 128
+    python benchmarks/decoding_speed.py --data-bin data/qg-minilm/data-bin --path checkpoints/qg-minilm/checkpoint_best.pt \
+        --recompute --out benchmarks/results/decoding_speed_unilm
 """
 from __future__ import annotations
 
@@ -56,7 +63,8 @@ def load(args):
     for model in models:
         model.eval().to(args.device)
     dataset = task.dataset(args.subset)
-    itr = task.get_batch_iterator(dataset, max_sentences=args.batch_size, max_positions=(1024, 1024),
+    max_positions = utils.resolve_max_positions(task.max_positions(), *(m.max_positions() for m in models))
+    itr = task.get_batch_iterator(dataset, max_sentences=args.batch_size, max_positions=max_positions,
                                   ignore_invalid_inputs=False).next_epoch_itr(shuffle=False)
     batches = [utils.move_to_cuda(b) if args.device == "cuda" else b for b in itr]
     n = sum(len(b["id"]) for b in batches)
@@ -111,13 +119,17 @@ def measure(args) -> list[dict]:
     task_cfg, models, batches, n = load(args)
     runs = {}
     for beam in args.beams:
-        for name, masking in configurations(args.topk).items():
+        for name, masking in list(configurations(args.topk).items())[:1 if args.plain_only else None]:
             cfg = copy.deepcopy(task_cfg)
             for key, value in masking.items():
                 setattr(cfg, key, value)
             task = tasks.setup_task(cfg)
             gen_args = argparse.Namespace(beam=beam, max_len_a=args.max_len_a, max_len_b=args.max_len_b)
             runs[beam, name] = (task, task.build_generator(models, gen_args))
+            if args.recompute:
+                generator = task.build_generator(models, gen_args)
+                generator.model.has_incremental = False  # the ensemble then calls the decoder on the whole prefix
+                runs[beam, f"{name}, no cache"] = (task, generator)
     best = {key: float("inf") for key in runs}
     tokens = {}
     with torch.no_grad():
@@ -184,6 +196,11 @@ def main() -> None:
     parser.add_argument("--min-seconds", type=float, default=0.25,
                         help="decode the test set as many times as this takes, per measurement")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--plain-only", action="store_true",
+                        help="only plain beam search, none of the masks (with --recompute: what the cache is worth)")
+    parser.add_argument("--recompute", action="store_true",
+                        help="also run each configuration without the decoder's cache (the prefix recomputed at every "
+                        "step)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "decoding_speed",
                         help="writes OUT.md and OUT.png")
     args = parser.parse_args()
