@@ -150,10 +150,10 @@ class UniLMDecoder(FairseqIncrementalDecoder):
 
     logits_are_output_projection = True  # what --fused-output-layer relies on (criterions/base.py)
 
-    def __init__(self, dictionary, transformer: Transformer, head: nn.Module, bias: Tensor, mask: int,
+    def __init__(self, dictionary, transformer: Transformer, head: nn.Module, bias: Tensor, mask_token: int,
                  max_target_positions: int):
         super().__init__(dictionary)
-        self.transformer, self.head, self.mask = transformer, head, mask
+        self.transformer, self.head, self.mask_token = transformer, head, mask_token
         width = transformer.embed_tokens.embedding_dim
         self.output_projection = nn.Linear(width, len(dictionary))
         self.output_projection.weight = transformer.embed_tokens.weight
@@ -181,7 +181,7 @@ class UniLMDecoder(FairseqIncrementalDecoder):
             real_positions = torch.arange(max(steps - 2, 0), steps - 1, device=device)
             mask_positions = torch.arange(steps - 1, steps, device=device)
             cached = torch.arange(0 if cache is None else cache["key0"].size(2), device=device)
-        masks = real.new_full((real.size(0), mask_positions.numel()), self.mask)
+        masks = real.new_full((real.size(0), mask_positions.numel()), self.mask_token)
         start = encoder_out["source_length"][0][:, None]
         x = self.transformer.embed(torch.cat([real, masks], dim=1),
                                    start + torch.cat([real_positions, mask_positions]), TARGET)
@@ -193,7 +193,7 @@ class UniLMDecoder(FairseqIncrementalDecoder):
                          dim=1)
         source = encoder_out["source_mask"][0][:, None, None, :].expand(-1, 1, query_positions.numel(), -1)
         mask = torch.cat([source, mask[None, None].expand(x.size(0), 1, -1, -1)], dim=-1)
-        memory = [(k, v) for k, v in zip(encoder_out["keys"], encoder_out["values"])]
+        memory = list(zip(encoder_out["keys"], encoder_out["values"]))
         if cache is not None:
             memory = [(torch.cat([k, cache[f"key{i}"]], dim=2), torch.cat([v, cache[f"value{i}"]], dim=2))
                       for i, (k, v) in enumerate(memory)]
