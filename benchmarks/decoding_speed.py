@@ -119,7 +119,10 @@ def measure(args) -> list[dict]:
     task_cfg, models, batches, n = load(args)
     runs = {}
     for beam in args.beams:
-        for name, masking in list(configurations(args.topk).items())[:1 if args.plain_only else None]:
+        maskings = configurations(args.topk)
+        if args.plain_only:
+            maskings = {"plain beam": maskings["plain beam"]}
+        for name, masking in maskings.items():
             cfg = copy.deepcopy(task_cfg)
             for key, value in masking.items():
                 setattr(cfg, key, value)

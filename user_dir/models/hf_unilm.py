@@ -78,10 +78,6 @@ class Transformer(nn.Module):
         self.heads = config.num_attention_heads
         self.attention_dropout = config.attention_probs_dropout_prob
 
-    @property
-    def num_positions(self) -> int:
-        return self.embed_positions.num_embeddings
-
     def embed(self, tokens: Tensor, positions: Tensor, segment: int) -> Tensor:
         x = self.embed_tokens(tokens) + self.embed_positions(positions)
         if self.embed_segments is not None:
@@ -122,8 +118,9 @@ def target_mask(query_positions: Tensor, query_real: Tensor, key_positions: Tens
 class UniLMEncoder(FairseqEncoder):
     """``[CLS] source [SEP]`` through the transformer, bidirectionally; keeps each layer's keys and values."""
 
-    def __init__(self, dictionary, transformer: Transformer):
+    def __init__(self, dictionary, transformer: Transformer, max_source_positions: int):
         super().__init__(dictionary)
+        self.max_source_positions = max_source_positions
         # shared with the decoder, which registers it: one copy of the weights in the model and its checkpoints
         self.__dict__["transformer"] = transformer
         self.cls = dictionary.bos()  # the hf_ids table maps <s> to the tokenizer's CLS
@@ -141,7 +138,9 @@ class UniLMEncoder(FairseqEncoder):
         return {key: [t.index_select(0, new_order) for t in tensors] for key, tensors in encoder_out.items()}
 
     def max_positions(self) -> int:
-        return self.transformer.num_positions
+        """The source as the data holds it (its tokens and SEP): with the CLS the model prepends and the target's
+        positions it fills the checkpoint's."""
+        return self.max_source_positions
 
 
 class UniLMDecoder(FairseqIncrementalDecoder):
@@ -272,16 +271,8 @@ class HFUniLMModel(FairseqEncoderDecoderModel):
         del body.embeddings.word_embeddings  # replaced by its rows in the dictionary's order
         logger.info(f"hf_unilm: {'the checkpoint' if pretrained_head else 'a fresh (randomly initialised)'} "
                     f"MLM head transform before the tied output layer (from {cfg.hf_model_dir})")
-        transformer = Transformer(body, embed)
-        encoder = UniLMEncoder(dictionary, transformer)
+        transformer, target = Transformer(body, embed), cfg.max_target_tokens + 1  # the target's end token too
+        encoder = UniLMEncoder(dictionary, transformer, longest - 1 - target)
         decoder = UniLMDecoder(dictionary, transformer, predictions.transform, predictions.bias.data[to_hf], mask,
-                               cfg.max_target_tokens + 1)
-        model = cls(encoder, decoder)
-        model.longest = longest
-        return model
-
-    def max_positions(self):
-        """(source, target) lengths as the data holds them: the source's tokens and SEP, the target's tokens and
-        end token; with the CLS the model prepends they fill the checkpoint's positions."""
-        target = self.decoder.max_target_positions
-        return self.longest - 1 - target, target
+                               target)
+        return cls(encoder, decoder)

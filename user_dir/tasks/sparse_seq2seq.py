@@ -106,16 +106,17 @@ class SparseSeq2SeqTask(CheckedArgs, ASSpeedTask, TranslationTask):
     def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
         """fairseq stops on an example longer than the model takes with a bare ``Exception`` (a traceback), where
         it does not skip it (training always skips, with a counted warning): we say it in one line instead."""
-        if not ignore_invalid_inputs:
-            _, ignored = dataset.filter_indices_by_size(indices, max_positions)
-            if len(ignored):
-                split = next((name for name, d in self.datasets.items() if d is dataset), "the input")
-                raise UsageError(
-                    f"{len(ignored)} examples of {split} are longer than the model takes (source, target tokens at "
-                    f"most {tuple(max_positions)}; e.g. example {ignored[0]}: {tuple(dataset.size(ignored[0]))}): "
-                    "prepare the data to fit (prepare_*.py --hf-tokenizer cuts it for --arch hf_unilm), or skip such "
-                    "examples, counted, with --skip-invalid-size-inputs-valid-test")
-        return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
+        if ignore_invalid_inputs:
+            return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
+        kept, ignored = dataset.filter_indices_by_size(indices, max_positions)
+        if len(ignored):
+            split = next((name for name, d in self.datasets.items() if d is dataset), "the input")
+            raise UsageError(
+                f"{len(ignored)} examples of {split} are longer than the model takes (source, target tokens at "
+                f"most {tuple(max_positions)}; e.g. example {ignored[0]}: {tuple(dataset.size(ignored[0]))}): "
+                "prepare the data to fit (prepare_*.py --hf-tokenizer cuts it for --arch hf_unilm), or skip such "
+                "examples, counted, with --skip-invalid-size-inputs-valid-test")
+        return kept
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         if self.cfg.source_vocab_mask:
