@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Question generation on Du et al. 2017's sentence-level SQuAD split: softmax, label smoothing,
-sparse_softmax and as_softmax trained from scratch, each decoded plainly and with the masks, several seeds,
+sparse_softmax (also with a softmax warm-up) and as_softmax trained from scratch, each decoded plainly and with the masks, several seeds,
 through the real ``fairseq-train`` / ``fairseq-generate`` and ``scripts/score_questions.py``.
 
 Data. Du et al.'s train split is not needed: their dev file (10,570 pairs) is split 90/10 into train and
@@ -36,36 +36,32 @@ predictions are not. OUT gets ``results.md`` (table and command), ``runs.json`` 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import re
-import statistics
 import sys
 from collections import Counter
 from pathlib import Path
 
 from tqdm import tqdm
 
-from measure import BIN, ROOT, json_records, mean_sd, paired_difference, pyplot, run, transformer_size
+import qg_runs
+from measure import BIN, ROOT, run, transformer_size
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from scoring.inputs import parse_fairseq_output  # noqa: E402
 
 DEFAULT_DU_DIR = ROOT.parent / "shared" / "data" / "squad_qg_du2017"
 DU_FILES = ["src-dev.txt", "tgt-dev.txt", "src-test.txt", "tgt-test.txt"]
-METHODS = {
-    "cross_entropy": ["--criterion", "cross_entropy"],
-    "label_smoothing": ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"],
-    "sparse_softmax": ["--criterion", "sparse_softmax", "--sparse-topk", "10"],
-    "as_softmax": ["--criterion", "as_softmax", "--as-delta", "0.3", "--as-warmup-ratio", "0.3"],
-}
+#: the shared methods, and sparse_softmax with a softmax warm-up as long as AS-Softmax's (plain sparse_softmax
+#: collapses from scratch: does the warm-up save it?)
+METHODS = {**qg_runs.METHODS,
+           "sparse_softmax_warmup": [*qg_runs.METHODS["sparse_softmax"], "--sparse-warmup-ratio", "0.3"]}
 DECODINGS = {
     "beam 1": ["--beam", "1"],
     "beam 5": ["--beam", "5"],
     "beam 5, top-5 mask": ["--beam", "5", "--decoding-topk", "5"],
     "beam 5, source mask": ["--beam", "5", "--source-vocab-mask"],
 }
-SCORES = ["BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L"]
 #: model, training length and regime, and the device's flags. cpu: measured on 2 cores, ~0.5 s an
 #: update (4.5 min of training) and ~7 min for the four decodings of the 6,652 test sentences.
 SCALES = {
@@ -168,23 +164,12 @@ def decode(args, data: Path, checkpoint: Path, decoding: str, folder: Path) -> P
     return predictions
 
 
-def score(args, predictions: Path, grouped: bool) -> dict[str, float]:
-    report = predictions.with_suffix(".grouped.json" if grouped else ".json")
-    run([sys.executable, ROOT / "scripts" / "score_questions.py", predictions,
-         "--refs", args.du2017_dir / "tgt-test.txt", "--json", report,
-         *(["--group-by-source", args.du2017_dir / "src-test.txt"] if grouped else [])])
-    scores = json.loads(report.read_text(encoding="utf-8"))["scores"]
-    return {name: float(scores[name]) for name in SCORES}
-
-
 def train_and_test(args, data: Path, method: str, seed: int) -> dict:
-    """One run: its scores per decoding (cached in result.json) and its valid nll curve."""
-    folder = args.out / "work" / f"{method}-seed{seed}"
-    result_file, train_log = folder / "result.json", folder / "train.log"
+    """One run (its record cached in its folder, see qg_runs.record) and its valid nll curve."""
     scale = SCALES[args.scale]
     updates = args.updates or scale["updates"]
-    if not result_file.exists() or args.fresh:
-        folder.mkdir(parents=True, exist_ok=True)
+
+    def train(folder: Path) -> None:
         run([BIN / "fairseq-train", data, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq",
              "--arch", "transformer", *scale["model"], "--share-all-embeddings", *scale["device"],
              *METHODS[method], "--seed", seed, "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
@@ -193,82 +178,12 @@ def train_and_test(args, data: Path, method: str, seed: int) -> dict:
              "--dropout", scale["dropout"], "--max-tokens", args.max_tokens, "--max-update", updates,
              "--validate-interval-updates", max(1, updates // 10),
              "--save-dir", folder / "checkpoints", "--no-epoch-checkpoints", "--no-save-optimizer-state",
-             "--log-format", "json", "--log-interval", "10", "--num-workers", "0"], train_log)
-        checkpoint = folder / "checkpoints" / "checkpoint_last.pt"
-        result = {}
-        for decoding in DECODINGS:
-            predictions = decode(args, data, checkpoint, decoding, folder)
-            result[decoding] = {"predictions": predictions.name, "per example": score(args, predictions, False),
-                                "grouped": score(args, predictions, True)}
-        result_file.write_text(json.dumps(result, indent=1), encoding="utf-8")
-        for file in (folder / "checkpoints").glob("*.pt"):  # the numbers are kept; the weights are not
-            file.unlink()
-    output = train_log.read_text(encoding="utf-8")
-    valid = [{"update": int(r["num_updates"]), "nll": float(r.get("nll_loss", r["loss"]))}
-             for r in json_records(output, "valid")]
-    train = json_records(output, "train")
-    return {"method": method, "seed": seed, "scores": json.loads(result_file.read_text(encoding="utf-8")),
-            "valid": valid, "wall": float(train[-1]["wall"])}
+             "--log-format", "json", "--log-interval", "10", "--num-workers", "0"], folder / "train.log")
 
-
-def table(results: dict[str, list[dict]], way: str) -> str:
-    rows = [f"| method | decoding | {' | '.join(SCORES)} |", "|---|---|" + "---|" * len(SCORES)]
-    for method, runs in results.items():
-        for decoding in DECODINGS:
-            cells = [mean_sd([r["scores"][decoding][way][name] for r in runs]) for name in SCORES]
-            rows.append(f"| {method} | {decoding} | {' | '.join(cells)} |")
-    return "\n".join(rows)
-
-
-def differences(results: dict[str, list[dict]]) -> str:
-    """Grouped BLEU-4 and ROUGE-L differences paired by seed: each method minus cross-entropy at every decoding,
-    and what the top-5 mask changes for each method (its masked beam 5 minus its plain beam 5)."""
-    def grouped(runs: list[dict], decoding: str, name: str) -> dict[int, float]:
-        return {r["seed"]: r["scores"][decoding]["grouped"][name] for r in runs}
-
-    def cells(runs: list[dict], decoding: str, base_runs: list[dict], base_decoding: str) -> str:
-        return " | ".join(paired_difference(grouped(runs, decoding, name), grouped(base_runs, base_decoding, name))
-                          for name in ("BLEU-4", "ROUGE-L"))
-
-    rows = ["| difference | decoding | BLEU-4 | ROUGE-L |", "|---|---|---|---|"]
-    base = results.get("cross_entropy")
-    if base:
-        rows += [f"| {method} − cross_entropy | {decoding} | {cells(runs, decoding, base, decoding)} |"
-                 for method, runs in results.items() if method != "cross_entropy" for decoding in DECODINGS]
-    rows += [f"| {method}: top-5 mask − plain | beam 5 | {cells(runs, 'beam 5, top-5 mask', runs, 'beam 5')} |"
-             for method, runs in results.items()]
-    return "\n".join(rows)
-
-
-def training_table(results: dict[str, list[dict]]) -> str:
-    rows = ["| method | final valid nll (base 2) | s of training (fairseq's wall) |", "|---|---|---|"]
-    for method, runs in results.items():
-        rows.append(f"| {method} | {mean_sd([r['valid'][-1]['nll'] for r in runs])} "
-                    f"| {statistics.mean(r['wall'] for r in runs):.0f} |")
-    return "\n".join(rows)
-
-
-def plot(results: dict[str, list[dict]], path: Path) -> None:
-    fig, (curves, bars) = pyplot().subplots(1, 2, figsize=(15, 4.5))
-    for index, (method, runs) in enumerate(results.items()):
-        for i, r in enumerate(runs):
-            curves.plot([v["update"] for v in r["valid"]], [v["nll"] for v in r["valid"]], color=f"C{index}",
-                        alpha=0.7, label=method if i == 0 else None)
-    curves.set(title="valid softmax cross-entropy (base 2)", xlabel="update")
-    curves.grid(alpha=0.3)
-    curves.legend()
-    width = 0.8 / len(results)
-    for index, (method, runs) in enumerate(results.items()):
-        values = [[r["scores"][d]["grouped"]["BLEU-4"] for r in runs] for d in DECODINGS]
-        bars.bar([x + index * width for x in range(len(DECODINGS))], [statistics.mean(v) for v in values], width,
-                 yerr=[statistics.stdev(v) if len(v) > 1 else 0 for v in values], capsize=3, label=method,
-                 color=f"C{index}")
-    bars.set_xticks([x + width * (len(results) - 1) / 2 for x in range(len(DECODINGS))], list(DECODINGS))
-    bars.set(title="test BLEU-4, grouped by source (Du et al.): mean ± sd over seeds")
-    bars.grid(alpha=0.3, axis="y")
-    bars.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    return qg_runs.record(args.out / "work" / f"{method}-seed{seed}", method, seed, train,
+                          lambda checkpoint, decoding, folder: decode(args, data, checkpoint, decoding, folder),
+                          list(DECODINGS), args.du2017_dir / "tgt-test.txt", args.du2017_dir / "src-test.txt",
+                          args.fresh)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -311,19 +226,8 @@ def main(argv: list[str] | None = None) -> None:
     for method, seed in tqdm(jobs, desc="training runs", unit="run"):
         results[method].append(train_and_test(args, data, method, seed))
     command = "python benchmarks/qg_experiment.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = (f"`{command.strip()}`\n\nTest BLEU / ROUGE-L (%), grouped by source sentence (Du et al.), mean ± sd "
-            f"over seeds {args.seeds}:\n\n{table(results, 'grouped')}\n\nPer example (UniLM):\n\n"
-            f"{table(results, 'per example')}\n\nGrouped, paired by seed (mean ± sd of the per-seed differences):\n\n"
-            f"{differences(results)}\n\nTraining:\n\n{training_table(results)}\n\n"
-            f"{coverage_text(data, args.allowed)}\n")
-    print(text)
-    (args.out / "results.md").write_text(text, encoding="utf-8")
-    runs = [{"method": r["method"], "seed": r["seed"], "scores": r["scores"], "final_valid_nll": r["valid"][-1]["nll"],
-             "wall": r["wall"]} for runs in results.values() for r in runs]
-    (args.out / "runs.json").write_text(json.dumps(runs, indent=1) + "\n", encoding="utf-8")
-    plot(results, args.out / "curves.png")
-    print(f"wrote {args.out / 'results.md'} and {args.out / 'curves.png'}")
-
+    qg_runs.write(args.out, command, results, list(DECODINGS), args.seeds, "grouped",
+                  coverage_text(data, args.allowed) + "\n")
 
 if __name__ == "__main__":
     main()

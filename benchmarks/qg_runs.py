@@ -1,0 +1,155 @@
+"""What the question-generation experiments share: the methods, one run's record (trained, decoded, scored,
+cached in its folder), and the tables and plot made from the records.
+
+An experiment (``qg_experiment.py``: from scratch on Du et al.'s sentences; ``qg_minilm_experiment.py``:
+MiniLM fine-tuned on SQuAD passages) gives ``record`` how to train a run and how to decode its checkpoint; the
+record is the run's ``result.json`` (scores per decoding, both ways) and ``train.log`` (its valid curve), which
+are committed so that seeds can be added later without re-running the others.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Callable
+
+from measure import ROOT, json_records, mean_sd, paired_difference, pyplot, run
+
+METHODS = {
+    "cross_entropy": ["--criterion", "cross_entropy"],
+    "label_smoothing": ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"],
+    "sparse_softmax": ["--criterion", "sparse_softmax", "--sparse-topk", "10"],
+    "as_softmax": ["--criterion", "as_softmax", "--as-delta", "0.3", "--as-warmup-ratio", "0.3"],
+}
+SCORES = ["BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L"]
+WAYS = {"grouped": "grouped by source (Du et al.'s script)", "per example": "per example (UniLM's table)"}
+#: the masked decoding and the plain one it is compared with, when an experiment has both
+TOPK, PLAIN = "beam 5, top-5 mask", "beam 5"
+
+
+def score(predictions: Path, references: Path, sources: Path, grouped: bool) -> dict[str, float]:
+    """BLEU-1..4 and ROUGE-L of one prediction file by ``scripts/score_questions.py``: per example, or with the
+    examples of one source line as one item (all their questions the references)."""
+    report = predictions.with_suffix(".grouped.json" if grouped else ".json")
+    run([sys.executable, ROOT / "scripts" / "score_questions.py", predictions, "--refs", references,
+         "--json", report, *(["--group-by-source", sources] if grouped else [])])
+    scores = json.loads(report.read_text(encoding="utf-8"))["scores"]
+    return {name: float(scores[name]) for name in SCORES}
+
+
+def record(folder: Path, method: str, seed: int, train: Callable[[Path], None],
+           decode: Callable[[Path, str, Path], Path], decodings: list[str], references: Path, sources: Path,
+           fresh: bool = False) -> dict:
+    """One run: ``train(folder)`` (which writes ``folder/train.log`` and ``folder/checkpoints/checkpoint_last.pt``),
+    then ``decode(checkpoint, decoding, folder)`` → a prediction file per decoding, each scored both ways. The scores
+    are kept in ``result.json`` and the weights deleted; a folder with a ``result.json`` is read, not re-run
+    (``fresh``: re-run), and a run stopped while decoding is decoded again without training again."""
+    result_file, train_log = folder / "result.json", folder / "train.log"
+    checkpoint = folder / "checkpoints" / "checkpoint_last.pt"
+    if not result_file.exists() or fresh:
+        folder.mkdir(parents=True, exist_ok=True)
+        trained = checkpoint.exists() and train_log.exists() and "done training" in train_log.read_text("utf-8")
+        if fresh or not trained:
+            delete_weights(folder)  # fairseq-train would resume from them; a run's log must be the whole run
+            train(folder)
+        result = {}
+        for decoding in decodings:
+            predictions = decode(checkpoint, decoding, folder)
+            result[decoding] = {"predictions": predictions.name,
+                                **{way: score(predictions, references, sources, way == "grouped") for way in WAYS}}
+        result_file.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        delete_weights(folder)  # the numbers are kept; the weights are not
+    output = train_log.read_text(encoding="utf-8")
+    valid = [{"update": int(r["num_updates"]), "nll": float(r.get("nll_loss", r["loss"]))}
+             for r in json_records(output, "valid")]
+    train_records = json_records(output, "train")
+    return {"method": method, "seed": seed, "scores": json.loads(result_file.read_text(encoding="utf-8")),
+            "valid": valid, "wall": float(train_records[-1]["wall"])}
+
+
+def delete_weights(folder: Path) -> None:
+    for file in (folder / "checkpoints").glob("*.pt"):
+        file.unlink()
+
+
+def table(results: dict[str, list[dict]], way: str, decodings: list[str]) -> str:
+    rows = [f"| method | decoding | {' | '.join(SCORES)} |", "|---|---|" + "---|" * len(SCORES)]
+    for method, runs in results.items():
+        for decoding in decodings:
+            cells = [mean_sd([r["scores"][decoding][way][name] for r in runs]) for name in SCORES]
+            rows.append(f"| {method} | {decoding} | {' | '.join(cells)} |")
+    return "\n".join(rows)
+
+
+def differences(results: dict[str, list[dict]], way: str, decodings: list[str]) -> str:
+    """BLEU-4 and ROUGE-L differences paired by seed: each method minus cross-entropy at every decoding, and what
+    the top-5 mask changes for each method (its masked beam 5 minus its plain beam 5)."""
+    def values(runs: list[dict], decoding: str, name: str) -> dict[int, float]:
+        return {r["seed"]: r["scores"][decoding][way][name] for r in runs}
+
+    def cells(runs: list[dict], decoding: str, base_runs: list[dict], base_decoding: str) -> str:
+        return " | ".join(paired_difference(values(runs, decoding, name), values(base_runs, base_decoding, name))
+                          for name in ("BLEU-4", "ROUGE-L"))
+
+    rows = ["| difference | decoding | BLEU-4 | ROUGE-L |", "|---|---|---|---|"]
+    base = results.get("cross_entropy")
+    if base:
+        rows += [f"| {method} − cross_entropy | {decoding} | {cells(runs, decoding, base, decoding)} |"
+                 for method, runs in results.items() if method != "cross_entropy" for decoding in decodings]
+    if TOPK in decodings and PLAIN in decodings:
+        rows += [f"| {method}: top-5 mask − plain | beam 5 | {cells(runs, TOPK, runs, PLAIN)} |"
+                 for method, runs in results.items()]
+    return "\n".join(rows)
+
+
+def training_table(results: dict[str, list[dict]]) -> str:
+    rows = ["| method | final valid nll (base 2) | s of training (fairseq's wall) |", "|---|---|---|"]
+    for method, runs in results.items():
+        rows.append(f"| {method} | {mean_sd([r['valid'][-1]['nll'] for r in runs])} "
+                    f"| {statistics.mean(r['wall'] for r in runs):.0f} |")
+    return "\n".join(rows)
+
+
+def plot(results: dict[str, list[dict]], way: str, decodings: list[str], path: Path) -> None:
+    """The valid curves of every run, and test BLEU-4 (``way``) per method and decoding, mean ± sd over seeds."""
+    fig, (curves, bars) = pyplot().subplots(1, 2, figsize=(15, 4.5))
+    for index, (method, runs) in enumerate(results.items()):
+        for i, r in enumerate(runs):
+            curves.plot([v["update"] for v in r["valid"]], [v["nll"] for v in r["valid"]], color=f"C{index}",
+                        alpha=0.7, label=method if i == 0 else None)
+    curves.set(title="valid softmax cross-entropy (base 2)", xlabel="update")
+    curves.grid(alpha=0.3)
+    curves.legend()
+    width = 0.8 / len(results)
+    for index, (method, runs) in enumerate(results.items()):
+        values = [[r["scores"][d][way]["BLEU-4"] for r in runs] for d in decodings]
+        bars.bar([x + index * width for x in range(len(decodings))], [statistics.mean(v) for v in values], width,
+                 yerr=[statistics.stdev(v) if len(v) > 1 else 0 for v in values], capsize=3, label=method,
+                 color=f"C{index}")
+    bars.set_xticks([x + width * (len(results) - 1) / 2 for x in range(len(decodings))], decodings)
+    bars.set(title=f"test BLEU-4, {WAYS[way]}: mean ± sd over seeds")
+    bars.grid(alpha=0.3, axis="y")
+    bars.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def write(out: Path, command: str, results: dict[str, list[dict]], decodings: list[str], seeds: list[int],
+          main_way: str, notes: str) -> None:
+    """``results.md`` (the command, both tables, paired differences, training, ``notes``), ``runs.json`` and
+    ``curves.png`` in ``out``; ``main_way`` is the way of scoring read first (and plotted)."""
+    ways = [main_way, *(way for way in WAYS if way != main_way)]
+    text = f"`{command.strip()}`\n\n" + "".join(
+        f"Test BLEU / ROUGE-L (%), {WAYS[way]}, mean ± sd over seeds {seeds}:\n\n"
+        f"{table(results, way, decodings)}\n\n" for way in ways)
+    label = WAYS[main_way]
+    text += (f"{label[0].upper()}{label[1:]}, paired by seed (mean ± sd of the per-seed differences):\n\n"
+             f"{differences(results, main_way, decodings)}\n\nTraining:\n\n{training_table(results)}\n\n{notes}")
+    print(text)
+    (out / "results.md").write_text(text, encoding="utf-8")
+    runs = [{"method": r["method"], "seed": r["seed"], "scores": r["scores"], "final_valid_nll": r["valid"][-1]["nll"],
+             "wall": r["wall"]} for runs in results.values() for r in runs]
+    (out / "runs.json").write_text(json.dumps(runs, indent=1) + "\n", encoding="utf-8")
+    plot(results, main_way, decodings, out / "curves.png")
+    print(f"wrote {out / 'results.md'} and {out / 'curves.png'}")

@@ -1,0 +1,127 @@
+"""benchmarks/qg_minilm_experiment.py end to end at its tiny scale: a synthetic SQuAD (JSON and Du-style article
+lists) and a tiny random BERT saved as a checkpoint, one seed, two losses, every decoding, through the real prep,
+fairseq-train/-generate and scorer. Checks that the test subset is the evenly spaced examples of the split, that
+every one of them is decoded, and that the table's scores are the BLEU of those predictions against their
+references, per example and grouped by source line."""
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+from scoring import bleu  # scripts/ is on sys.path (conftest.py)
+
+from conftest import ROOT, run_script
+from test_hf_encoder import write_tiny_bert
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import qg_minilm_experiment as experiment  # noqa: E402
+
+pytest.importorskip("transformers")
+
+METHODS = ["cross_entropy", "sparse_softmax"]
+WORDS = [f"w{i}" for i in range(40)]
+DOCLISTS = {"train": range(8), "dev": range(8, 10), "test": range(10, 12)}  # articles 0-8 in train JSON, 9-11 dev
+
+
+def synthetic_squad(folder: Path) -> Path:
+    """Twelve one-paragraph articles of five questions each; each question names the word before its answer."""
+    rng = random.Random(0)
+    articles = []
+    for a in range(12):
+        words = rng.choices(WORDS, k=30)
+        qas = []
+        for q in range(5):
+            start = rng.randrange(1, 27)
+            answer = " ".join(words[start:start + rng.randint(1, 3)])
+            qas.append({"id": f"{a}-{q}", "question": f"what comes after {words[start - 1]} ?",
+                        "answers": [{"text": answer, "answer_start": len(" ".join(words[:start])) + 1}]})
+        articles.append({"title": f"Article_{a}", "paragraphs": [{"context": " ".join(words), "qas": qas}]})
+    folder.mkdir()
+    for name, part in (("train", articles[:9]), ("dev", articles[9:])):
+        (folder / f"{name}-v1.1.json").write_text(json.dumps({"version": "1.1", "data": part}))
+    for name, ids in DOCLISTS.items():
+        (folder / f"doclist-{name}.txt").write_text("".join(f"Article_{a}\n" for a in ids))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("qg-minilm")
+    squad = synthetic_squad(root / "squad")
+    bert = write_tiny_bert(root / "bert", 96, WORDS + ["what", "comes", "after", "?"])
+    out = root / "out"
+    run_script("benchmarks/qg_minilm_experiment.py", "--squad-dir", squad, "--model-dir", bert, "--out", out,
+               "--seeds", "1", "--methods", *METHODS, "--scale", "tiny")
+    scale = experiment.SCALES["tiny"]
+    data = out / "work" / f"data-w{scale['window']}-t{scale['target']}"
+    return {"out": out, "data": data, "bins": data / "eval-bin"}
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def test_evenly_spaced():
+    assert experiment.evenly_spaced(10, 4) == [0, 2, 5, 7]
+    assert experiment.evenly_spaced(3, 5) == experiment.evenly_spaced(3, None) == [0, 1, 2]
+
+
+def test_the_test_subset_is_the_evenly_spaced_examples(run):
+    from fairseq.data import Dictionary, data_utils
+
+    data, bins = run["data"], run["bins"]
+    assert len(lines(data / "test.ref")) == 10  # the two test articles' questions, none skipped
+    keep = experiment.evenly_spaced(10, experiment.SCALES["tiny"]["test"])
+    assert len(keep) < 10
+    assert lines(bins / "test.ref") == [lines(data / "test.ref")[i] for i in keep]
+    assert lines(bins / "test.src") == [lines(data / "test.src")[i] for i in keep]
+    dictionary = Dictionary.load(str(data / "data-bin" / "dict.src.txt"))
+    for side in ("src", "tgt"):
+        whole = data_utils.load_indexed_dataset(str(data / "data-bin" / f"test.src-tgt.{side}"), dictionary)
+        subset = data_utils.load_indexed_dataset(str(bins / f"test.src-tgt.{side}"), dictionary)
+        assert [subset[i].tolist() for i in range(len(subset))] == [whole[i].tolist() for i in keep]
+
+
+def test_scores_are_those_of_the_decoded_questions(run):
+    out, bins = run["out"], run["bins"]
+    sources, references = lines(bins / "test.src"), lines(bins / "test.ref")
+    runs = json.loads((out / "runs.json").read_text())
+    assert sorted(r["method"] for r in runs) == sorted(METHODS)
+    for r in runs:
+        assert list(r["scores"]) == list(experiment.DECODINGS)
+        for decoding, scores in r["scores"].items():
+            hyps = lines(out / "work" / f"{r['method']}-seed1" / scores["predictions"])
+            assert len(hyps) == len(references) and not any("##" in h for h in hyps)
+            per_example = bleu.corpus_bleu(bleu.collect_stats(hyps, [[ref] for ref in references]))
+            groups: dict[str, list[int]] = {}
+            for i, source in enumerate(sources):
+                groups.setdefault(source, []).append(i)
+            grouped = bleu.corpus_bleu(bleu.collect_stats([hyps[ids[-1]] for ids in groups.values()],
+                                                          [[references[i] for i in ids] for ids in groups.values()]))
+            for n in range(4):
+                assert scores["per example"][f"BLEU-{n + 1}"] == pytest.approx(100 * per_example[n])
+                assert scores["grouped"][f"BLEU-{n + 1}"] == pytest.approx(100 * grouped[n])
+        assert not list((out / "work" / f"{r['method']}-seed1").rglob("*.pt"))  # weights deleted, numbers kept
+
+
+def test_table_notes_and_plot(run):
+    out = run["out"]
+    table = (out / "results.md").read_text()
+    assert table.startswith("`python benchmarks/qg_minilm_experiment.py --squad-dir")
+    for method in METHODS:
+        for decoding in experiment.DECODINGS:
+            assert table.count(f"| {method} | {decoding} | ") == 2  # per example and grouped
+    assert "- test: 10 questions, 10 written (skipped: none), 6 evenly spaced ones used" in table
+    assert "- training: 20 updates of 2 questions = 40 (1.00 epochs)" in table
+    assert (out / "curves.png").stat().st_size > 10_000
+
+
+def test_a_missing_squad_file_is_one_line_error(tmp_path):
+    (tmp_path / "train-v1.1.json").write_text("{}")
+    proc = run_script("benchmarks/qg_minilm_experiment.py", "--squad-dir", tmp_path, "--out", tmp_path / "out",
+                      check=False)
+    assert proc.returncode == 2 and "no dev-v1.1.json (expected SQuAD v1.1's" in proc.stderr.splitlines()[-1]
+    assert "Traceback" not in proc.stderr
