@@ -19,8 +19,9 @@ the valid and test splits (the valid subset for the curves). ``tiny`` checks the
 Scoring. Both ways of the QG papers, with ``scripts/score_questions.py``: per example (each prediction against
 its own question; UniLM's table) and grouped by source as Du et al.'s script, which UniLM's ``eval.py`` runs on
 its passage + answer lines (examples with the same source line are one item, all their questions its
-references). Hypotheses are WordPiece joined back to words; BERT's tokenizer splits a few words differently
-from the PTB references (``what's`` → ``what ' s``), which costs a little BLEU, alike for every method.
+references). Hypotheses are WordPiece joined back to words and re-tokenised as the PTB references
+(``score_questions.py --ptb-hypotheses``: BERT's tokenizer splits off every punctuation mark, ``dame ' s``,
+``10 , 000``, where the references have ``dame 's``, ``10,000``).
 
 Training. Every run of a scale trains the same model for the same updates with the same batches per seed; the
 last checkpoint is decoded (no selection on the valid set). The curves are the valid subset's softmax
@@ -49,6 +50,7 @@ import qg_runs
 from measure import BIN, ROOT, run
 
 sys.path.insert(0, str(ROOT / "scripts"))
+from scoring import ptb  # noqa: E402
 from scoring.inputs import parse_fairseq_output, remove_bpe  # noqa: E402
 
 DEFAULT_SQUAD_DIR = ROOT.parent / "shared" / "data" / "squad_v1.1"
@@ -122,7 +124,8 @@ def prepare(args) -> dict:
 
 
 def decode(args, bins: Path, checkpoint: Path, decoding: str, folder: Path) -> Path:
-    """One decoding of the test subset; the hypotheses, WordPiece joined, one a line in the subset's order."""
+    """One decoding of the test subset; the hypotheses in the references' PTB tokens, one a line in the subset's
+    order."""
     output = run([BIN / "fairseq-generate", bins, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq",
                   "--path", checkpoint, "--gen-subset", "test", *DECODINGS[decoding], "--batch-size", "64",
                   "--max-len-b", SCALES[args.scale]["target"], *SCALES[args.scale]["device"]])
@@ -131,7 +134,8 @@ def decode(args, bins: Path, checkpoint: Path, decoding: str, folder: Path) -> P
     if len(hypotheses) != expected:
         sys.exit(f"fairseq-generate gave {len(hypotheses)} hypotheses for {expected} test examples")
     predictions = folder / f"pred-{re.sub(r'[^a-z0-9]+', '-', decoding)}.txt"
-    predictions.write_text("".join(remove_bpe(h, "wordpiece") + "\n" for h in hypotheses), encoding="utf-8")
+    predictions.write_text("".join(ptb.from_bert(remove_bpe(h, "wordpiece")) + "\n"
+                                   for h in hypotheses), encoding="utf-8")
     return predictions
 
 

@@ -9,6 +9,9 @@ whitespace tokens, no lower-casing unless ``--lowercase``. Two ways to form the 
 * ``--group-by-source SRC``, as Du et al.'s script: examples with the same source line form one item
   with all their questions as references, scored against the *last* prediction made for that source.
 
+A model that writes a BERT tokenizer's tokens (``--arch hf_unilm``) is scored with ``--remove-bpe wordpiece
+--ptb-hypotheses``: its punctuation split as the PTB references split it (``scoring/ptb.py``).
+
     python scripts/score_questions.py generate-test.txt --remove-bpe sentencepiece
     python scripts/score_questions.py pred.txt --refs tgt-test.txt --group-by-source src-test.txt --json scores.json
 """
@@ -18,7 +21,7 @@ import argparse
 
 import numpy as np
 
-from scoring import bleu, report
+from scoring import bleu, ptb, report
 from scoring.inputs import InputError, read_lines
 from scoring.rouge import coco_rouge_l
 from userinput import exit_on_error
@@ -54,6 +57,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--group-by-source", metavar="SRC_FILE",
                         help="source sentence of each example, one per line: examples sharing a source are "
                         "scored as one multi-reference item with the last prediction (Du et al. 2017)")
+    parser.add_argument("--ptb-hypotheses", action="store_true",
+                        help="re-tokenise the hypotheses as Du et al.'s PTB references: for a BERT tokenizer's "
+                        "output (--arch hf_unilm, after --remove-bpe wordpiece), which splits off every punctuation "
+                        "mark: notre dame ' s -> notre dame 's, 10 , 000 -> 10,000, u . s . -> u.s.")
     parser.add_argument("--lowercase", action="store_true",
                         help="lower-case hypotheses and references first (the scorer itself does not)")
     parser.add_argument("--no-rouge-l", dest="rouge_l", action="store_false",
@@ -65,6 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     with exit_on_error(parser):
         pairs = report.load(args, parser)
         hyps, refs = pairs.hypotheses, pairs.references
+        if args.ptb_hypotheses:
+            hyps = [ptb.from_bert(h) for h in hyps]
         if args.lowercase:
             hyps, refs = [h.lower() for h in hyps], [r.lower() for r in refs]
         item_hyps, item_refs, keys = scored_items(args, hyps, refs, pairs.notes)
@@ -88,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         counts={"examples": len(hyps), "scored_items": len(item_hyps),
                 "empty_hypotheses": sum(not h.split() for h in item_hyps)},
         settings={**report.common_settings(args), "group_by_source": args.group_by_source,
-                  "lowercase": args.lowercase},
+                  "ptb_hypotheses": args.ptb_hypotheses, "lowercase": args.lowercase},
         per_example=[{**key, **report.percent_rows(names, row)} for key, row in zip(keys, per_item)],
         notes=list(pairs.notes),
     )

@@ -110,6 +110,14 @@ def test_grouping_keeps_the_last_prediction_per_source(tmp_path):
     assert per_example["scores"]["BLEU-1"] == pytest.approx(100 / 3)
 
 
+def test_ptb_hypotheses_rejoin_what_a_bert_tokenizer_split(tmp_path):
+    hyp = write(tmp_path, "hyp.txt", ["who is notre dame ' s 1 , 000th student ?"])
+    ref = write(tmp_path, "ref.txt", ["who is notre dame 's 1,000th student ?"])
+    assert score_json("score_questions.py", hyp, "--refs", ref)["scores"]["BLEU-1"] < 70
+    fixed = score_json("score_questions.py", hyp, "--refs", ref, "--ptb-hypotheses")
+    assert fixed["scores"]["BLEU-4"] == pytest.approx(100) and fixed["settings"]["ptb_hypotheses"]
+
+
 def test_empty_hypotheses_are_scored_as_zero_and_reported(tmp_path):
     hyp = write(tmp_path, "hyp.txt", ["a b", ""])
     ref = write(tmp_path, "ref.txt", ["a b", "c d e"])

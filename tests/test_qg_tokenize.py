@@ -1,8 +1,9 @@
-"""The Penn Treebank tokenizer of data-prep/prepare_squad_qg.py (data-prep/preplib/ptb.py): raw SQuAD-like
+"""The Penn Treebank tokenizer of data-prep/prepare_squad_qg.py and the scorer (scripts/scoring/ptb.py): raw SQuAD-like
 text against tokens worked out by hand, offsets that locate an answer, agreement with Du et al. 2017's
 PTB-tokenised files when ../shared/data has them, and the too-long-answer message of the CLI."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from conftest import ROOT, SHARED_DATA, run_script
 
 sys.path.insert(0, str(ROOT / "data-prep"))
-from preplib.ptb import agreement, tokenize  # noqa: E402
+from scoring.ptb import agreement, from_bert, tokenize  # noqa: E402
 from preplib.squad import Article, QGOptions, examples  # noqa: E402
 from preplib.textio import SplitCounts  # noqa: E402
 
@@ -96,3 +97,35 @@ def test_too_long_answer_message_names_the_least_that_works(tmp_path):
     run_script("data-prep/prepare_squad_qg.py", tmp_path / "out", *SQUAD, "--text-only", "--max-source-tokens", "15")
     source = (tmp_path / "out/train.src").read_text(encoding="utf-8").splitlines()[0]
     assert source == "a golden statue of the virgin mary [SEP] a golden statue of the virgin mary"
+
+
+@pytest.mark.parametrize("bert, expected", [
+    ("how often is notre dame ' s the juggler published ?", "how often is notre dame 's the juggler published ?"),
+    ("what if a doctor doesn ' t know ? who can ' t ?", "what if a doctor does n't know ? who ca n't ?"),
+    ("10 , 000 books , 88 . 9 fm at 10 : 30 in 2015 - 2016", "10,000 books , 88.9 fm at 10:30 in 2015-2016"),
+    ("did u . s . news & world report rank it ?", "did u.s. news & world report rank it ?"),
+    ("father o ' hara and / or the students ' union", "father o'hara and/or the students ' union"),
+    ('declared " outstanding ? " ( in 1990 )', "declared `` outstanding ? '' -lrb- in 1990 -rrb-"),
+])
+def test_a_bert_tokenizers_words_back_to_ptb_tokens(bert, expected):
+    assert from_bert(bert) == expected
+
+
+def test_bert_split_squad_questions_come_back_as_their_ptb_tokens():
+    """SQuAD's dev questions split as a BERT tokenizer splits them (every punctuation mark a word: what the MiniLM
+    model writes) and brought back: 98.3 % of the 10,570 come back as their PTB tokens exactly, against 81.7 % with
+    the pieces alone (what is lost: p=np, ____, a period inside a question before a capital)."""
+    pytest.importorskip("tokenizers")
+    from tokenizers.normalizers import BertNormalizer
+    from tokenizers.pre_tokenizers import BertPreTokenizer
+
+    path = SHARED_DATA / "squad_v1.1" / "dev-v1.1.json"
+    if not path.is_file():
+        pytest.skip(f"real data: {path} (SQuAD v1.1) is not present on this machine")
+    normalizer, split = BertNormalizer(lowercase=True, strip_accents=False), BertPreTokenizer()
+    questions = [qa["question"] for article in json.loads(path.read_text(encoding="utf-8"))["data"]
+                 for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    ptb = [" ".join(token for token, _, _ in tokenize(q)).lower() for q in questions]
+    bert = [" ".join(word for word, _ in split.pre_tokenize_str(normalizer.normalize_str(q))) for q in questions]
+    assert sum(a == b for a, b in zip(ptb, bert)) / len(questions) < 0.85  # the mismatch is real
+    assert sum(a == from_bert(b) for a, b in zip(ptb, bert)) / len(questions) >= 0.98

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
-from .ptb import tokenize  # PTB tokens with offsets, as Du et al.'s files
+from scoring.ptb import tokenize  # PTB tokens with offsets, as Du et al.'s files (scripts/ is on the path)
 from .textio import InvalidExample, PrepError, SplitCounts, read_document
 
 ORDERS = ("passage-answer", "answer-passage")

@@ -1,4 +1,5 @@
-"""Penn Treebank (PTB) tokenisation with character offsets, for SQuAD question generation.
+"""Penn Treebank (PTB) tokenisation with character offsets, for SQuAD question generation; and a BERT
+tokenizer's output brought back to PTB tokens for scoring against Du et al.'s references (``from_bert``).
 
 Du et al. 2017's sentence-level files were made with the Stanford PTB tokenizer, so text prepared from
 the SQuAD JSON is split the same way: the two kinds of data then share a vocabulary, and scores against
@@ -107,6 +108,34 @@ def tokenize(text: str) -> list[Token]:
         position = match.end()
     tokens.extend(_words(text, position, len(text)))
     return tokens
+
+
+# BERT's basic tokenizer splits off every punctuation mark; these put back together what the PTB keeps together
+# (numbers, abbreviations, hyphenated words, names with an apostrophe) or splits its own way (clitics).
+_BERT_JOINS = [
+    (re.compile(r"(?<=\d) (,) (?=\d{3}(?!\d))|(?<=\d) ([.:]) (?=\d)"), r"\1\2"),      # 10 , 000   88 . 9   10 : 30
+    (re.compile(r"\b(?:[^\W\d_] \. ){2,}"), lambda m: m.group().replace(" ", "") + " "),  # u . s . -> u.s.
+    (re.compile(r"(?<=[^\W_]) \.(?= \S)"), "."),  # st . john, jr . return: no period ends a lower-case line inside
+    (re.compile(r"(?<=[^\W_]) ([-/]) (?=[^\W_])"), r"\1"),                       # 2015 - 2016   and / or
+    (re.compile(r"(?<=[^\W_]) ' (?=(?:s|d|m|t|ll|re|ve)\b)"), "'"),               # dame ' s   doesn ' t
+    (re.compile(r"\b([^\W\d_]) ' (?=[^\W\d_])"), r"\1'"),                        # o ' hara
+    (re.compile(r'" ([^"]*?) "'), r'"\1"'),                                      # " outstanding ? "
+]
+
+
+def from_bert(text: str) -> str:
+    """A BERT tokenizer's words (WordPiece joined back) as PTB tokens, space-separated: ``notre dame ' s`` →
+    ``notre dame 's``, ``10 , 000`` → ``10,000``, ``u . s .`` → ``u.s.``, quotes as `` and ''. Models that
+    write in their tokenizer's tokens are otherwise scored against PTB references with a tokenisation
+    mismatch on every clitic and number (UniLM's evaluation re-joins them too). Bracket tokens are
+    lower-cased in lower-case text (-lrb-), as the references are."""
+    joined = f" {text.strip()} "
+    for pattern, replacement in _BERT_JOINS:
+        joined = pattern.sub(replacement, joined)
+    tokens = [token for token, _, _ in tokenize(joined.strip())]
+    if not any(c.isupper() for c in text):
+        tokens = [token.lower() if token in _BRACKETS.values() else token for token in tokens]
+    return " ".join(tokens)
 
 
 def agreement(lines: Iterable[str], tokenizer: Callable[[str], list[Token]] = tokenize) -> tuple[float, float]:
