@@ -13,7 +13,7 @@ Three inputs (one per run):
 
 From JSON, each question is one example: source = passage and answer joined by ``--separator``, in
 ``--order passage-answer`` (UniLM, default) or ``answer-passage`` (ProphetNet); target = the question.
-Text is tokenised as the Penn Treebank, the conventions of Du et al.'s files (``preplib/ptb.py``), and
+Text is tokenised as the Penn Treebank, the conventions of Du et al.'s files (``scripts/scoring/ptb.py``), and
 lower-cased (``--no-lowercase`` keeps case). A passage longer than ``--max-source-tokens`` (464 in the
 Sparse-softmax paper) minus the answer and separator is cut to a window of that many tokens with the
 answer as central as possible (counted).

@@ -158,7 +158,7 @@ def agreement(lines: Iterable[str], tokenizer: Callable[[str], list[Token]] = to
     return kept / max(total, 1), same / max(count, 1)
 
 
-if __name__ == "__main__":  # python -m preplib.ptb FILE...: the agreement figures of each file
+if __name__ == "__main__":  # python -m scoring.ptb FILE... (from scripts/): the agreement figures of each file
     for name in sys.argv[1:]:
         with open(name, encoding="utf-8") as file:
             tokens_kept, lines_kept = agreement(file.read().splitlines())
