@@ -27,12 +27,16 @@ BIN = Path(sys.executable).parent  # the fairseq-* tools of the interpreter runn
 
 
 def run(command: list, log: Path | None = None) -> str:
-    """Run a CLI; its output goes to ``log`` (when given) and is returned. Failures show the log's tail."""
-    proc = subprocess.run([str(c) for c in command], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    output = proc.stdout + proc.stderr
-    if log is not None:
-        log.write_text(output, encoding="utf-8")
+    """Run a CLI and return its output. With ``log``, the output goes there as it comes (a long training run can be
+    followed with ``tail -f``). Failures show the output's tail."""
+    command, env = [str(c) for c in command], {**os.environ, "PYTHONWARNINGS": "ignore"}
+    if log is None:
+        proc = subprocess.run(command, capture_output=True, text=True, env=env)
+        output = proc.stdout + proc.stderr
+    else:
+        with open(log, "w", encoding="utf-8") as file:
+            proc = subprocess.run(command, stdout=file, stderr=subprocess.STDOUT, text=True, env=env)
+        output = log.read_text(encoding="utf-8")
     if proc.returncode != 0:
         sys.exit(f"command failed ({proc.returncode}): {' '.join(map(str, command))}\n{output[-3000:]}")
     return output
