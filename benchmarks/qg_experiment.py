@@ -170,15 +170,11 @@ def train_and_test(args, data: Path, method: str, seed: int) -> dict:
     updates = args.updates or scale["updates"]
 
     def train(folder: Path) -> None:
-        run([BIN / "fairseq-train", data, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq",
-             "--arch", "transformer", *scale["model"], "--share-all-embeddings", *scale["device"],
-             *METHODS[method], "--seed", seed, "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
-             "--lr", args.lr or scale["lr"], "--lr-scheduler", "inverse_sqrt",
-             "--warmup-updates", args.warmup or scale["warmup"],
-             "--dropout", scale["dropout"], "--max-tokens", args.max_tokens, "--max-update", updates,
-             "--validate-interval-updates", max(1, updates // 10),
-             "--save-dir", folder / "checkpoints", "--no-epoch-checkpoints", "--no-save-optimizer-state",
-             "--log-format", "json", "--log-interval", "10", "--num-workers", "0"], folder / "train.log")
+        qg_runs.fairseq_train(data, folder, seed, updates, [
+            "--arch", "transformer", *scale["model"], "--share-all-embeddings", *scale["device"], *METHODS[method],
+            "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", args.lr or scale["lr"],
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", args.warmup or scale["warmup"],
+            "--dropout", scale["dropout"], "--max-tokens", args.max_tokens], log_interval=10)
 
     return qg_runs.record(args.out / "work" / f"{method}-seed{seed}", method, seed, train,
                           lambda checkpoint, decoding, folder: decode(args, data, checkpoint, decoding, folder),

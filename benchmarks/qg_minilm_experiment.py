@@ -31,8 +31,8 @@ cross-entropy (``nll_loss``, the same quantity for every loss).
     python benchmarks/qg_minilm_experiment.py                       # seeds 1-3, ~1 hour a run on 2 CPU cores
     python benchmarks/qg_minilm_experiment.py --scale gpu           # the papers' setting, on a GPU
 
-Runs go to OUT/work (default OUT: ``benchmarks/results/qg_squad_minilm_<scale>``); a run with a ``result.json``
-there is reused (``--fresh`` re-runs it), and each run's ``result.json`` and ``train.log`` are committed, so
+Runs go to OUT/work (default OUT: ``benchmarks/results/qg_squad_minilm_<scale>``; ``tail -f`` a run's
+``train.log`` there to follow it); a run with a ``result.json`` there is reused (``--fresh`` re-runs it), and each run's ``result.json`` and ``train.log`` are committed, so
 seeds and methods can be added later. OUT gets ``results.md`` (tables and command), ``runs.json`` and
 ``curves.png``.
 """
@@ -147,15 +147,12 @@ def train_and_test(args, bins: Path, method: str, seed: int) -> dict:
     updates = args.updates or scale["updates"]
 
     def train(folder: Path) -> None:
-        run([BIN / "fairseq-train", bins, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq",
-             "--arch", "hf_unilm", "--hf-model-dir", args.model_dir, "--max-target-tokens", scale["target"],
-             *qg_runs.METHODS[method], "--seed", seed, "--optimizer", "adam", "--adam-betas", "(0.9, 0.999)",
-             "--weight-decay", "0.01", "--lr", args.lr or scale["lr"], "--lr-scheduler", "polynomial_decay",
-             "--warmup-updates", min(scale["warmup"], updates), "--total-num-update", updates,
-             "--max-update", updates, "--batch-size", scale["batch"], *scale["device"],
-             "--validate-interval-updates", max(1, updates // 10), "--save-dir", folder / "checkpoints",
-             "--no-epoch-checkpoints", "--no-save-optimizer-state", "--log-format", "json", "--log-interval", "20",
-             "--num-workers", "0"], folder / "train.log")
+        qg_runs.fairseq_train(bins, folder, seed, updates, [
+            "--arch", "hf_unilm", "--hf-model-dir", args.model_dir, "--max-target-tokens", scale["target"],
+            *qg_runs.METHODS[method], "--optimizer", "adam", "--adam-betas", "(0.9, 0.999)", "--weight-decay", "0.01",
+            "--lr", args.lr or scale["lr"], "--lr-scheduler", "polynomial_decay",
+            "--warmup-updates", min(scale["warmup"], updates), "--total-num-update", updates,
+            "--batch-size", scale["batch"], *scale["device"]], log_interval=20)
 
     return qg_runs.record(args.out / "work" / f"{method}-seed{seed}", method, seed, train,
                           lambda checkpoint, decoding, folder: decode(args, bins, checkpoint, decoding, folder),

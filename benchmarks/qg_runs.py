@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from measure import ROOT, json_records, mean_sd, paired_difference, pyplot, run
+from measure import BIN, ROOT, json_records, mean_sd, paired_difference, pyplot, run
 
 METHODS = {
     "cross_entropy": ["--criterion", "cross_entropy"],
@@ -26,6 +26,16 @@ SCORES = ["BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L"]
 WAYS = {"grouped": "grouped by source (Du et al.'s script)", "per example": "per example (UniLM's table)"}
 #: the masked decoding and the plain one it is compared with, when an experiment has both
 TOPK, PLAIN = "beam 5, top-5 mask", "beam 5"
+
+
+def fairseq_train(data: Path, folder: Path, seed: int, updates: int, flags: list, log_interval: int) -> None:
+    """``fairseq-train`` on ``data`` for ``updates`` updates with ``flags`` (model, loss, optimiser, device): the valid
+    split scored ten times along the way (the curves), the JSON log in ``folder/train.log`` (written as it runs),
+    the last checkpoint in ``folder/checkpoints``."""
+    run([BIN / "fairseq-train", data, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq", *flags,
+         "--seed", seed, "--max-update", updates, "--validate-interval-updates", max(1, updates // 10),
+         "--save-dir", folder / "checkpoints", "--no-epoch-checkpoints", "--no-save-optimizer-state",
+         "--log-format", "json", "--log-interval", log_interval, "--num-workers", "0"], folder / "train.log")
 
 
 def score(predictions: Path, references: Path, sources: Path, grouped: bool) -> dict[str, float]:

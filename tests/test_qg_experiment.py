@@ -25,6 +25,20 @@ def lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
+def assert_scores_are_bleu(scores: dict, hyps: list[str], references: list[str], sources: list[str]) -> None:
+    """``scores`` (a run's record of one decoding) hold the coco BLEU of ``hyps``: per example against its own
+    reference, and grouped by source line (the last prediction of each source against all of its references)."""
+    per_example = bleu.corpus_bleu(bleu.collect_stats(hyps, [[ref] for ref in references]))
+    groups: dict[str, list[int]] = {}
+    for i, source in enumerate(sources):
+        groups.setdefault(source, []).append(i)
+    grouped = bleu.corpus_bleu(bleu.collect_stats([hyps[ids[-1]] for ids in groups.values()],
+                                                  [[references[i] for i in ids] for ids in groups.values()]))
+    for n in range(4):
+        assert scores["per example"][f"BLEU-{n + 1}"] == pytest.approx(100 * per_example[n])
+        assert scores["grouped"][f"BLEU-{n + 1}"] == pytest.approx(100 * grouped[n])
+
+
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory) -> tuple[Path, Path]:
     """Du-format dev/test files made from the toy corpus (test sentences repeated with other questions, as
@@ -72,15 +86,7 @@ def test_scores_are_those_of_the_decoded_questions(experiment):
             question = {}
             for source, hyp in zip(sources, hyps):
                 assert question.setdefault(source, hyp) == hyp  # one question per sentence
-            per_example = bleu.corpus_bleu(bleu.collect_stats(hyps, [[ref] for ref in references]))
-            groups: dict[str, list[int]] = {}
-            for i, source in enumerate(sources):
-                groups.setdefault(source, []).append(i)
-            grouped = bleu.corpus_bleu(bleu.collect_stats([hyps[ids[-1]] for ids in groups.values()],
-                                                          [[references[i] for i in ids] for ids in groups.values()]))
-            for n in range(4):
-                assert r["scores"][decoding]["per example"][f"BLEU-{n + 1}"] == pytest.approx(100 * per_example[n])
-                assert r["scores"][decoding]["grouped"][f"BLEU-{n + 1}"] == pytest.approx(100 * grouped[n])
+            assert_scores_are_bleu(r["scores"][decoding], hyps, references, sources)
         assert r["scores"]["beam 5"]["grouped"]["BLEU-1"] > 5  # the model learnt something: not zeros compared
 
 

@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from scoring import bleu  # scripts/ is on sys.path (conftest.py)
-
 from conftest import ROOT, run_script
 from test_hf_encoder import write_tiny_bert
+from test_qg_experiment import assert_scores_are_bleu
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import qg_minilm_experiment as experiment  # noqa: E402
@@ -95,15 +94,7 @@ def test_scores_are_those_of_the_decoded_questions(run):
         for decoding, scores in r["scores"].items():
             hyps = lines(out / "work" / f"{r['method']}-seed1" / scores["predictions"])
             assert len(hyps) == len(references) and not any("##" in h for h in hyps)
-            per_example = bleu.corpus_bleu(bleu.collect_stats(hyps, [[ref] for ref in references]))
-            groups: dict[str, list[int]] = {}
-            for i, source in enumerate(sources):
-                groups.setdefault(source, []).append(i)
-            grouped = bleu.corpus_bleu(bleu.collect_stats([hyps[ids[-1]] for ids in groups.values()],
-                                                          [[references[i] for i in ids] for ids in groups.values()]))
-            for n in range(4):
-                assert scores["per example"][f"BLEU-{n + 1}"] == pytest.approx(100 * per_example[n])
-                assert scores["grouped"][f"BLEU-{n + 1}"] == pytest.approx(100 * grouped[n])
+            assert_scores_are_bleu(scores, hyps, references, sources)
         assert not list((out / "work" / f"{r['method']}-seed1").rglob("*.pt"))  # weights deleted, numbers kept
 
 
