@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
             require_file(src, f"{fmt} {split} source")
             require_file(tgt, f"{fmt} {split} target")
         counts = {split: prepare_split(split, src, tgt, out, args) for split, (src, tgt) in files.items()}
-        script.finish(args, out, counts, {"input": str(args.input), "input_format": fmt},
+        script.finish(args, out, counts, {"input": args.input, "input_format": fmt},
                       binarizer=functools.partial(binarize.binarize, hf_tokenizer=args.hf_tokenizer,
                                                   max_target_tokens=args.max_target_tokens))
 

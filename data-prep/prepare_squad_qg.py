@@ -13,6 +13,9 @@ Three inputs (one per run):
 
 From JSON, each question is one example: source = passage and answer joined by ``--separator``, in
 ``--order passage-answer`` (UniLM, default) or ``answer-passage`` (ProphetNet); target = the question.
+``--unit sentence`` takes the sentence that holds the answer instead of the passage, and ``--no-answer`` leaves
+out the separator and answer: together they rebuild Du et al.'s sentence-level files (their train split too)
+from SQuAD.
 Text is tokenised as the Penn Treebank, the conventions of Du et al.'s files (``scripts/scoring/ptb.py``), and
 lower-cased (``--no-lowercase`` keeps case). A passage longer than ``--max-source-tokens`` (464 in the
 Sparse-softmax paper) minus the answer and separator is cut to a window of that many tokens with the
@@ -29,6 +32,8 @@ the PTB-tokenised questions, as Du et al.'s references, for scoring.
 
     python data-prep/prepare_squad_qg.py data/squad-qg --train-json train-v1.1.json --dev-json dev-v1.1.json
     python data-prep/prepare_squad_qg.py data/du2017 --du2017-dir squad_qg_du2017 --text-only
+    python data-prep/prepare_squad_qg.py data/du2017-rebuilt --train-json train-v1.1.json --dev-json dev-v1.1.json \
+        --split doclist --doclist-dir squad_v1.1 --unit sentence --no-answer
     python data-prep/prepare_squad_qg.py data/qg-minilm --train-json train-v1.1.json --dev-json dev-v1.1.json \
         --hf-tokenizer models/all-MiniLM-L6-v2
 """
@@ -42,7 +47,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from preplib import binarize, hf_tokenizer, script
-from preplib.squad import ORDERS, Article, QGOptions, examples, load_articles
+from preplib.squad import ORDERS, UNITS, Article, QGOptions, examples, load_articles
 from preplib.textio import PairWriter, PrepError, SplitCounts, normalize, read_parallel, require_file
 from userinput import exit_on_error  # importable once preplib is (it puts scripts/ on the path)
 
@@ -133,6 +138,12 @@ def main(argv: list[str] | None = None) -> None:
     source.add_argument("--doclist-dir", type=Path, help="folder with Du et al.'s doclist-{train,dev,test}.txt")
     source.add_argument("--du2017-dir", type=Path, help="folder with Du et al.'s src-/tgt-{train,dev,test}.txt")
     qg = parser.add_argument_group("examples from JSON")
+    qg.add_argument("--unit", choices=UNITS, default="passage",
+                    help="the text a question is asked about: the passage (UniLM, default) or the sentence that holds "
+                    "the answer starts in (Du et al. 2017)")
+    qg.add_argument("--no-answer", dest="with_answer", action="store_false",
+                    help="the text alone as the source, without separator and answer (Du et al. 2017's files: "
+                    "--unit sentence --no-answer)")
     qg.add_argument("--order", choices=ORDERS, default="passage-answer",
                     help="passage-answer (UniLM, default) or answer-passage (ProphetNet)")
     qg.add_argument("--separator", help="token between passage and answer (default: [SEP]; with --hf-tokenizer "
@@ -149,6 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if (args.du2017_dir is None) == (args.train_json is None and args.dev_json is None):
         parser.error("give either --du2017-dir or --train-json/--dev-json")
+    if args.du2017_dir is not None and (args.unit != "passage" or not args.with_answer):
+        parser.error("--unit/--no-answer: Du et al.'s files are sentences already; they apply to the SQuAD JSON files")
     for name in ("max_source_tokens", "max_target_tokens"):
         if (value := getattr(args, name)) is not None and value < (3 if name == "max_source_tokens" else 1):
             parser.error(f"--{name.replace('_', '-')}: expected at least {3 if name == 'max_source_tokens' else 1}, "
@@ -171,12 +184,14 @@ def main(argv: list[str] | None = None) -> None:
             if not counts:
                 raise PrepError(f"{args.du2017_dir}: no src-/tgt-{{train,dev,test}}.txt files")
         else:
-            options = QGOptions(order=args.order, lowercase=args.lowercase, skip_invalid=args.skip_invalid,
-                                **tokenizing)
+            options = QGOptions(order=args.order, unit=args.unit, with_answer=args.with_answer,
+                                lowercase=args.lowercase, skip_invalid=args.skip_invalid, **tokenizing)
             for split, (articles, source) in json_splits(args).items():
                 counts[split] = SplitCounts(source=source)
                 write_split(split, examples(articles, options, counts[split]), out, counts[split])
-        script.finish(args, out, counts, {"input": str(args.du2017_dir or args.train_json or args.dev_json)},
+        inputs = [args.du2017_dir] if args.du2017_dir else [
+            path for path in (args.train_json, args.dev_json, args.split == "doclist" and args.doclist_dir) if path]
+        script.finish(args, out, counts, {"input": inputs},
                       user_symbols=[tokenizing["separator"]],
                       binarizer=functools.partial(binarize.binarize, hf_tokenizer=args.hf_tokenizer,
                                                   max_target_tokens=args.max_target_tokens))

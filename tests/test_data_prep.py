@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -163,6 +164,16 @@ def test_a_sentencepiece_vocabulary_too_small_names_the_minimum(tmp_path):
     assert proc.returncode == 2 and "--spm-vocab-size: expected a positive number, got 0" in proc.stderr
 
 
+def test_a_sentencepiece_vocabulary_the_text_cannot_fill_is_reported(tmp_path):
+    import sentencepiece as spm
+
+    proc = prep("prepare_gigaword.py", GIGA_HARVARD, tmp_path / "out")  # --spm-vocab-size 32000 by default
+    pieces = spm.SentencePieceProcessor(model_file=str(tmp_path / "out/spm.model")).get_piece_size()
+    assert pieces < 32000 and summary(tmp_path / "out")["spm_pieces"] == pieces
+    assert (f"warning: sentencepiece reached {pieces} pieces, not the 32000 of --spm-vocab-size (the training text "
+            "holds no more)") in proc.stderr
+
+
 def test_gigaword_test_references_are_kept_as_read(tmp_path):
     root = copy_giga(tmp_path)
     refs = lines(root / "Giga/task1_ref0.txt")
@@ -246,12 +257,41 @@ def test_squad_with_a_one_article_dev_file_is_refused_for_its_empty_test_split(t
     dev = json.loads((FIXTURES / "squad_dev.json").read_text())
     dev["data"] = dev["data"][:1]
     (tmp_path / "dev.json").write_text(json.dumps(dev))
-    proc = prep("prepare_squad_qg.py", tmp_path / "out", "--train-json", FIXTURES / "squad_train.json",
-                "--dev-json", tmp_path / "dev.json", check=False)
+    args = ("prepare_squad_qg.py", tmp_path / "out", "--train-json", FIXTURES / "squad_train.json",
+            "--dev-json", tmp_path / "dev.json")
+    proc = prep(*args, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert ("the test split is empty (test: 0 in, 0 out; from the last 0 of the 1 articles of "
-            f"{tmp_path / 'dev.json'} (--split squad:") in proc.stderr, proc.stderr
+    empty = (f"the test split is empty (test: 0 in, 0 out; from the last 0 of the 1 articles of {tmp_path / 'dev.json'}"
+             " (--split squad:")
+    assert f"error: {empty}" in proc.stderr and "fairseq cannot binarise an empty split" in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()
+    proc = prep(*args, "--text-only")  # binarises nothing, so an empty split is only worth a warning
+    assert f"warning: {empty}" in proc.stderr
+    assert lines(tmp_path / "out/test.src") == [] and len(lines(tmp_path / "out/valid.src")) == 2
+
+
+def test_summary_paths_are_relative_to_out(tmp_path):
+    """prep_summary.json says its paths are relative to OUT: the inputs given relative to another working folder."""
+    (tmp_path / "in").mkdir()
+    for name in ("squad_train.json", "squad_dev.json"):
+        shutil.copy(FIXTURES / name, tmp_path / "in" / name)
+    subprocess.run([sys.executable, ROOT / "data-prep" / "prepare_squad_qg.py", "a/b/out", "--train-json",
+                    "in/squad_train.json", "--dev-json", "in/squad_dev.json", "--text-only"], cwd=tmp_path, check=True,
+                   capture_output=True)
+    out = tmp_path / "a/b/out"
+    assert [(out / path).resolve() for path in summary(out)["input"]] == [
+        tmp_path / "in/squad_train.json", tmp_path / "in/squad_dev.json"]
+
+
+def test_squad_sentence_unit_without_the_answer(tmp_path):
+    """Du et al.'s setting: the sentence that holds the answer, alone, and the question."""
+    prep("prepare_squad_qg.py", tmp_path / "out", *SQUAD, "--unit", "sentence", "--no-answer", "--text-only")
+    src, tgt = lines(tmp_path / "out/train.src"), lines(tmp_path / "out/train.tgt")
+    assert src[2] == "it was founded in 1842 by edward sorin , who was also its first president ."
+    assert tgt[2] == "when was the university founded ?"
+    assert src[0] == "atop the main building 's gold dome is a golden statue of the virgin mary ."
+    proc = prep("prepare_squad_qg.py", tmp_path / "du", "--du2017-dir", tmp_path, "--unit", "sentence", check=False)
+    assert proc.returncode == 2 and "--unit/--no-answer: Du et al.'s files are sentences already" in proc.stderr
 
 
 def test_squad_doclist_split(tmp_path):

@@ -110,6 +110,8 @@ def test_squad_passages_are_cut_around_the_answer_in_the_tokenizers_tokens(squad
     assert cut > 0, "some passages must be cut for the test to mean something"
     summary = json.loads((tmp_path / "hf" / "prep_summary.json").read_text())
     assert summary["splits"]["train"]["edited"] == {f"passage cut to a {SQUAD_ROOM}-token window around the answer": cut}
+    assert not Path(summary["hf_tokenizer"]).is_absolute()  # relative to the folder, as its other paths
+    assert (tmp_path / "hf" / summary["hf_tokenizer"]).resolve() == Path(squad_bert).resolve()
     assert (tmp_path / "hf" / "train.tgt").read_text().splitlines() == [qa["question"] for _, qa in records]
     assert (tmp_path / "hf" / "test.ref").read_text() == (tmp_path / "ptb" / "test.ref").read_text()
 

@@ -127,6 +127,8 @@ def encode_splits(out: Path, splits: list[str], sides: tuple[str, ...], *, spm_m
     dictionary, lines per split (the sides of a split are written together, so they agree) and the
     characters unknown to the model per file.
     """
+    import sentencepiece as spm
+
     given = {"spm_model_from": spm_model, "dictionary_from": dictionary}
     if spm_model is None:
         if "train" not in splits:
@@ -134,6 +136,10 @@ def encode_splits(out: Path, splits: list[str], sides: tuple[str, ...], *, spm_m
         spm_model = train_sentencepiece([out / f"train.{side}" for side in sides], out / "spm", options)
     else:
         spm_model = Path(shutil.copyfile(require_file(spm_model, "--spm-model"), out / "spm.model"))
+    pieces = spm.SentencePieceProcessor(model_file=str(spm_model)).get_piece_size()
+    if given["spm_model_from"] is None and pieces < options.vocab_size:
+        print(f"warning: sentencepiece reached {pieces} pieces, not the {options.vocab_size} of --spm-vocab-size "
+              "(the training text holds no more): the model and dictionary have that many", file=sys.stderr)
     if dictionary is None:
         dictionary = spm_dictionary(spm_model, out / "dict.txt")
     else:
@@ -143,8 +149,8 @@ def encode_splits(out: Path, splits: list[str], sides: tuple[str, ...], *, spm_m
         for side in sides:
             lines[split], unknown[f"{split}.{side}"] = encode_file(
                 spm_model, out / f"{split}.{side}", out / f"{split}.spm.{side}")
-    return {"spm_model": spm_model.name, "dictionary": dictionary.name,
-            **{key: str(path) for key, path in given.items() if path is not None},
+    return {"spm_model": spm_model.name, "spm_pieces": pieces, "dictionary": dictionary.name,
+            **{key: path for key, path in given.items() if path is not None},
             "binarised_sentences": lines, "unknown_pieces": {k: v for k, v in unknown.items() if v}}
 
 

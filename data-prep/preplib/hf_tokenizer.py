@@ -88,7 +88,7 @@ def encode_splits(out: Path, splits: list[str], folder: Path, token_level: bool)
         if truncated[split]:
             print(f"note: {truncated[split]} {split} inputs were longer than the model's {longest} tokens and were "
                   "cut to it", file=sys.stderr)
-    return {"hf_tokenizer": str(folder), "max_tokens": longest, "dictionary": dictionary.name,
+    return {"hf_tokenizer": folder, "max_tokens": longest, "dictionary": dictionary.name,
             "binarised_sentences": lines, "truncated": truncated,
             "unknown_pieces": {f"{split}.input0": n for split, n in unknown.items() if n}}
 
@@ -126,7 +126,7 @@ def encode_pairs(out: Path, splits: list[str], folder: Path, max_target_tokens: 
             if truncated[name]:
                 print(f"note: {truncated[name]} {split} {'sources' if side == 'src' else 'targets'} were longer than "
                       f"{limit} tokens and were cut to it", file=sys.stderr)
-    return {"hf_tokenizer": str(folder), "max_tokens": longest, "max_source_tokens": limits["src"],
+    return {"hf_tokenizer": folder, "max_tokens": longest, "max_source_tokens": limits["src"],
             "max_target_tokens": max_target_tokens, "dictionary": dictionary.name, "binarised_sentences": lines,
             "truncated": truncated, "unknown_pieces": {name: n for name, n in unknown.items() if n}}
 

@@ -13,13 +13,14 @@ text files and an old data-bin. Bad input ends the script with ``<script>: error
 <what>`` and exit status 2.
 
 ``finish`` refuses an empty split (fairseq cannot binarise one, and an empty split is nearly always a
-wrong file, or every example skipped), prints what went in and came out of each split, binarises,
+wrong file, or every example skipped; with ``--text-only`` it is a warning), prints what went in and came out of each split, binarises,
 and writes ``prep_summary.json`` with paths relative to ``OUT``, so the folder can be moved.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -74,11 +75,12 @@ def finish(args: argparse.Namespace, out: Path, counts: dict[str, SplitCounts], 
     and write ``out/prep_summary.json``."""
     for split, c in counts.items():
         print(c.summary(split), file=sys.stderr)
-    empty = [split for split, c in counts.items() if c.written == 0]
-    if empty:
-        split = empty[0]
-        raise PrepError(f"the {split} split is empty ({counts[split].summary(split)}; from "
-                        f"{counts[split].source or 'the input'}): fairseq cannot binarise an empty split")
+    for split in (split for split, c in counts.items() if c.written == 0):
+        problem = (f"the {split} split is empty ({counts[split].summary(split)}; from "
+                   f"{counts[split].source or 'the input'})")
+        if not args.text_only:
+            raise PrepError(f"{problem}: fairseq cannot binarise an empty split")
+        print(f"warning: {problem}", file=sys.stderr)  # --text-only binarises nothing
     summary = {**summary, "splits": {split: c.as_dict() for split, c in counts.items()}}
     if not args.text_only:
         options = binarize.SentencePieceOptions(vocab_size=args.spm_vocab_size, model_type=args.spm_model_type,
@@ -91,4 +93,12 @@ def finish(args: argparse.Namespace, out: Path, counts: dict[str, SplitCounts], 
             print(f"note: {n} pieces of {name} are the tokenizer's unknown token (characters it has never seen; "
                   "fairseq <unk>)", file=sys.stderr)
         summary.update(result)
+    summary = {key: relative_to(args.out, value) for key, value in summary.items()}
     (out / "prep_summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+
+
+def relative_to(out: Path, value):
+    """``value`` for the summary: a path (or a list of them) as seen from ``out``, so the folder can be moved."""
+    if isinstance(value, list):
+        return [relative_to(out, v) for v in value]
+    return os.path.relpath(value.resolve(), out.resolve()) if isinstance(value, Path) else value

@@ -1,8 +1,9 @@
 """SQuAD v1.1 JSON → answer-aware question generation examples.
 
-Each question becomes one example: the passage (cut to a window around the answer when it is longer
-than the budget) joined with the answer by a separator, and the question as the target. Both orders
-the papers use are offered: UniLM's "passage [SEP] answer" and ProphetNet's "answer [SEP] passage".
+Each question becomes one example: the passage, or the sentence that holds the answer (Du et al. 2017's unit),
+cut to a window around the answer when it is longer than the budget, joined with the answer by a separator
+(or alone: Du et al.'s sentence → question), and the question as the target. Both orders the papers use are
+offered: UniLM's "passage [SEP] answer" and ProphetNet's "answer [SEP] passage".
 The text is our PTB tokens (Du et al.'s convention), or for a pretrained checkpoint's tokenizer the original
 text, measured in that tokenizer's tokens; the reference kept for scoring is the PTB-tokenised question either way.
 """
@@ -13,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
-from scoring.ptb import tokenize  # PTB tokens with offsets, as Du et al.'s files (scripts/ is on the path)
+from scoring.ptb import sentences, tokenize  # PTB tokens with offsets, as Du et al.'s files (scripts/ is on the path)
 from .textio import InvalidExample, PrepError, SplitCounts, read_document
 
 ORDERS = ("passage-answer", "answer-passage")
+UNITS = ("passage", "sentence")
 
 
 class Article(NamedTuple):
@@ -53,6 +55,10 @@ class BadRecord(InvalidExample):
 class QGOptions:
     max_source_tokens: int = 464
     order: str = "passage-answer"
+    #: the text the question is asked about: the passage, or the sentence the answer starts in
+    unit: str = "passage"
+    #: the answer joined to the text by the separator (False: the text alone, Du et al.'s setting)
+    with_answer: bool = True
     separator: str = "[SEP]"
     lowercase: bool = True
     skip_invalid: bool = False
@@ -80,11 +86,12 @@ def examples(articles: list[Article], options: QGOptions, counts: SplitCounts) -
             tokens = tokenize(context)
             length = options.tokenizer_length
             costs = [1] * len(tokens) if length is None else [length(context[s:e]) for _, s, e in tokens]
+            units = [(0, len(tokens))] if options.unit == "passage" else sentences(tokens)
             for q, qa in enumerate(_field(paragraph, "qas", list, where)):
                 counts.read += 1
                 qid = qa.get("id", f"#{q}") if isinstance(qa, dict) else f"#{q}"
                 try:
-                    yield _example(context, tokens, costs, qa, options, counts, f"{where}: qa {qid}")
+                    yield _example(context, tokens, costs, units, qa, options, counts, f"{where}: qa {qid}")
                 except BadRecord as err:
                     counts.skip_or_raise(err, options.skip_invalid)
 
@@ -104,8 +111,8 @@ def window(costs: list[int], first: int, end: int, budget: int) -> tuple[int, in
     return left, right
 
 
-def _example(context: str, tokens, costs: list[int], qa: dict, options: QGOptions, counts: SplitCounts,
-             where: str) -> tuple[str, str, str]:
+def _example(context: str, tokens, costs: list[int], units: list[tuple[int, int]], qa: dict, options: QGOptions,
+             counts: SplitCounts, where: str) -> tuple[str, str, str]:
     question = _field(qa, "question", str, where)
     answers = _field(qa, "answers", list, where)
     if not answers:
@@ -120,22 +127,33 @@ def _example(context: str, tokens, costs: list[int], qa: dict, options: QGOption
     if not span or not question.split():
         raise BadRecord(where, "empty answer or question")
     first, end = span[0], span[-1] + 1
+    lo, hi = next((lo, hi) for lo, hi in units if lo <= first < hi)  # the unit where the answer starts
+    inside = min(end, hi)  # the answer's part in it, around which a window is cut
+    if end > hi:  # Du et al.'s files keep that sentence alone too
+        counts.edited["answer runs past its sentence: the source is the sentence where it starts"] += 1
     length = options.tokenizer_length
     answer_cost = sum(costs[first:end])
-    budget = options.max_source_tokens - answer_cost - (1 if length is None else length(options.separator))
-    least = options.max_source_tokens - budget + answer_cost  # the answer in the passage, separator, answer
-    if budget < answer_cost:
-        raise _too_long(where, options, answer_cost, least)
-    left, right = window(costs, first, end, budget) if sum(costs) > budget else (0, len(tokens))
+    appended = answer_cost + (1 if length is None else length(options.separator)) if options.with_answer else 0
+    held = sum(costs[first:inside])  # what of the answer the window must keep
+    budget = options.max_source_tokens - appended
+    if budget < held:
+        raise _too_long(where, options, answer_cost, held + appended)
+
+    def fit(budget: int) -> tuple[int, int]:
+        if sum(costs[lo:hi]) <= budget:
+            return lo, hi
+        left, right = window(costs[lo:hi], first - lo, inside - lo, budget)
+        return lo + left, lo + right
+
+    left, right = fit(budget)
     reference = " ".join(tok for tok, _, _ in tokenize(question))
     if options.lowercase:
         reference = reference.lower()
     if length is None:  # PTB tokens, as Du et al.'s files
-        passage = " ".join(tok for tok, _, _ in tokens[left:right])
-        answer_text = " ".join(tok for tok, _, _ in tokens[first:end])
+        text, answer_text = (" ".join(tok for tok, _, _ in tokens[i:j]) for i, j in ((left, right), (first, end)))
         if options.lowercase:
-            passage, answer_text = passage.lower(), answer_text.lower()
-        source, target = _join(passage, answer_text, options), reference
+            text, answer_text = text.lower(), answer_text.lower()
+        source, target = _join(text, answer_text, options), reference
     else:
         # the original text, which the pretrained tokenizer splits (and lower-cases) as it was trained to; a
         # token's pieces alone may differ from its pieces in context, so the window shrinks until the source fits
@@ -145,22 +163,25 @@ def _example(context: str, tokens, costs: list[int], qa: dict, options: QGOption
             over = length(source) - options.max_source_tokens
             if over <= 0:
                 break
-            if (left, right) == (first, end):
-                raise _too_long(where, options, answer_cost, least + over)
+            if (left, right) == (first, inside):
+                raise _too_long(where, options, answer_cost, held + appended + over)
             budget -= over
-            left, right = window(costs, first, end, budget)
+            left, right = fit(budget)
         target = question
-    if (left, right) != (0, len(tokens)):
-        counts.edited[f"passage cut to a {options.max_source_tokens}-token window around the answer"] += 1
+    if (left, right) != (lo, hi):
+        counts.edited[f"{options.unit} cut to a {options.max_source_tokens}-token window around the answer"] += 1
     return source, target, reference
 
 
 def _too_long(where: str, options: QGOptions, answer_cost: int, least: int) -> BadRecord:
+    parts = f"the answer in the {options.unit}" + (", the separator, the answer again" if options.with_answer else "")
     return BadRecord(where, "answer too long for --max-source-tokens",
                      f" ({options.max_source_tokens}; the answer has {answer_cost} tokens): the least that works is "
-                     f"--max-source-tokens {least} (the answer in the passage, the separator, the answer again)")
+                     f"--max-source-tokens {least} ({parts})")
 
 
-def _join(passage: str, answer: str, options: QGOptions) -> str:
-    parts = (passage, answer) if options.order == "passage-answer" else (answer, passage)
+def _join(text: str, answer: str, options: QGOptions) -> str:
+    if not options.with_answer:
+        return text
+    parts = (text, answer) if options.order == "passage-answer" else (answer, text)
     return f"{parts[0]} {options.separator} {parts[1]}"
