@@ -196,6 +196,20 @@ def test_multi_label_data_needs_multi_label(multi, tmp_path):
     assert "labels; expected exactly one label (multi-label data needs --multi-label)" in proc.stderr
 
 
+def test_a_refused_run_leaves_no_save_dir_and_validate_asks_for_a_batch_size(single, tmp_path):
+    save_dir = tmp_path / "new" / "checkpoints"
+    proc = train(single, save_dir, *SMALL_ENCODER, "--criterion", "softmax", "--num-classes", "99", updates=2,
+                 check=False)
+    assert proc.returncode == 2 and "--num-classes 99, but the label dictionary" in proc.stderr, proc.stderr
+    assert not (tmp_path / "new").exists()  # fairseq-train made both folders
+    train(single, tmp_path, *SMALL_ENCODER, "--criterion", "softmax", updates=2)
+    proc = run_cli("fairseq-validate", single / "data-bin", "--user-dir", ROOT / "user_dir", "--task",
+                   "text_classification", "--path", tmp_path / "checkpoint_last.pt", "--cpu", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[-1] == ("fairseq-validate: error: --batch-size or --max-tokens: give one (the "
+                                            "sentences or the tokens a batch holds)")
+
+
 def test_out_of_scope_label_is_for_single_label_data(multi, tmp_path):
     proc = train(multi, tmp_path, *SMALL_ENCODER, "--multi-label", "--criterion", "multilabel_softmax",
                  "--out-of-scope-label", "music", updates=2, check=False)

@@ -21,7 +21,8 @@
 5. User mistakes found after argument parsing (a symbol missing from the dictionary, options that do
    not go together) raise ``user_dir.options.UsageError``; in the fairseq command-line tools it is
    printed as ``fairseq-train: error: <message>`` with exit status 2, like argparse's own errors,
-   instead of a traceback.
+   instead of a traceback. So is a missing batch size, which fairseq-train and fairseq-validate only
+   assert; and the ``--save-dir`` fairseq-train made before a refusal is removed again if it is empty.
 6. ``--bf16`` on GPUs (and CPUs). fairseq's argument parsing turns ``--bf16`` into ``--tpu`` (it was
    written for TPUs), so on any other machine the trainer asks torch_xla for a device and dies. Its
    bf16 training itself is device-agnostic (model in bfloat16, fp32 master weights, no loss scaling),
@@ -33,6 +34,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -95,20 +97,42 @@ def _no_repeat_ngram_on_generated(no_repeat_ngram):
 
 #: The fairseq tools whose ``main`` runs after the plugin is imported (during argument parsing).
 _CLI_MODULES = ("fairseq_cli.train", "fairseq_cli.generate", "fairseq_cli.interactive", "fairseq_cli.validate")
+_BATCH_SIZE_REQUIRED = ("fairseq_cli.train", "fairseq_cli.validate")  # generate and interactive have defaults
 
 
-def _usage_error_exits(main):
+def _usage_error_exits(main, batch_size_required: bool):
     @functools.wraps(main)  # same name and module: fairseq's spawn pickles it by reference
-    def wrapper(*args, **kwargs):
+    def wrapper(cfg, *args, **kwargs):
+        made = _folders_to_be_made(cfg)
         try:
-            return main(*args, **kwargs)
+            if batch_size_required:
+                _check_batch_size(cfg)
+            return main(cfg, *args, **kwargs)
         except UsageError as err:
             report_error(str(err))
+            for folder in made:  # fairseq-train made them before the refusal: leave no trace of the run
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
             # Not SystemExit: fairseq's background batch thread may be inside torch when the interpreter
             # shuts down, which aborts the process (status 134) instead of exiting with 2.
             os._exit(2)
 
     return wrapper
+
+
+def _folders_to_be_made(cfg) -> list[Path]:
+    """The ``--save-dir`` of a fairseq-train config and those of its parents that do not exist yet, deepest first."""
+    save_dir = getattr(getattr(cfg, "checkpoint", None), "save_dir", None)
+    if save_dir is None:
+        return []
+    path = Path(save_dir).absolute()
+    return [folder for folder in (path, *path.parents) if not folder.exists()]
+
+
+def _check_batch_size(cfg) -> None:
+    dataset = getattr(cfg, "dataset", None)
+    if dataset is not None and dataset.max_tokens is None and dataset.batch_size is None:
+        raise UsageError("--batch-size or --max-tokens: give one (the sentences or the tokens a batch holds)")
 
 
 def _bf16_without_tpu(call_main):
@@ -122,12 +146,13 @@ def _bf16_without_tpu(call_main):
 
 
 def _cli_modules():
-    """The fairseq tool modules already imported (the console scripts import theirs before the plugin)."""
+    """The fairseq tool modules already imported (the console scripts import theirs before the plugin), with
+    their names."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)  # python -m fairseq_cli.train runs the tool as __main__
     if spec is not None and spec.name in _CLI_MODULES:
-        yield main
-    yield from (sys.modules[name] for name in _CLI_MODULES if name in sys.modules)
+        yield spec.name, main
+    yield from ((name, sys.modules[name]) for name in _CLI_MODULES if name in sys.modules)
 
 
 def apply() -> None:
@@ -139,8 +164,8 @@ def apply() -> None:
     BaseFairseqModel.set_num_updates = _set_num_updates_recording(BaseFairseqModel.set_num_updates)
     NGramRepeatBlock._no_repeat_ngram = _no_repeat_ngram_on_generated(NGramRepeatBlock._no_repeat_ngram)
     distributed_utils.call_main = _bf16_without_tpu(distributed_utils.call_main)
-    for module in _cli_modules():
-        module.main = _usage_error_exits(module.main)
+    for name, module in _cli_modules():
+        module.main = _usage_error_exits(module.main, name in _BATCH_SIZE_REQUIRED)
     setattr(checkpoint_utils, _APPLIED, True)
 
 
