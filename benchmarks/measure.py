@@ -26,15 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the fairseq-* tools of the interpreter running the benchmark
 
 
-def run(command: list, log: Path | None = None) -> str:
+def run(command: list, log: Path | None = None, append: bool = False) -> str:
     """Run a CLI and return its output. With ``log``, the output goes there as it comes (a long training run can be
-    followed with ``tail -f``). Failures show the output's tail."""
+    followed with ``tail -f``), after what the log holds if ``append``. Failures show the output's tail."""
     command, env = [str(c) for c in command], {**os.environ, "PYTHONWARNINGS": "ignore"}
     if log is None:
         proc = subprocess.run(command, capture_output=True, text=True, env=env)
         output = proc.stdout + proc.stderr
     else:
-        with open(log, "w", encoding="utf-8") as file:
+        with open(log, "a" if append else "w", encoding="utf-8") as file:
             proc = subprocess.run(command, stdout=file, stderr=subprocess.STDOUT, text=True, env=env)
         output = log.read_text(encoding="utf-8")
     if proc.returncode != 0:

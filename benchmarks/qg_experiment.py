@@ -176,7 +176,7 @@ def train_and_test(args, data: Path, method: str, seed: int) -> dict:
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", args.warmup or scale["warmup"],
             "--dropout", scale["dropout"], "--max-tokens", args.max_tokens], log_interval=10)
 
-    return qg_runs.record(args.out / "work" / f"{method}-seed{seed}", method, seed, train,
+    return qg_runs.record(args.out / "work" / f"{method}-seed{seed}", method, METHODS[method], seed, train,
                           lambda checkpoint, decoding, folder: decode(args, data, checkpoint, decoding, folder),
                           list(DECODINGS), args.du2017_dir / "tgt-test.txt", args.du2017_dir / "src-test.txt",
                           args.fresh)

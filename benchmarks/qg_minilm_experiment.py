@@ -154,7 +154,7 @@ def train_and_test(args, bins: Path, method: str, seed: int) -> dict:
             "--warmup-updates", min(scale["warmup"], updates), "--total-num-update", updates,
             "--batch-size", scale["batch"], *scale["device"]], log_interval=20)
 
-    return qg_runs.record(args.out / "work" / f"{method}-seed{seed}", method, seed, train,
+    return qg_runs.record(args.out / "work" / f"{method}-seed{seed}", method, qg_runs.METHODS[method], seed, train,
                           lambda checkpoint, decoding, folder: decode(args, bins, checkpoint, decoding, folder),
                           list(DECODINGS), bins / "test.ref", bins / "test.src", args.fresh)
 

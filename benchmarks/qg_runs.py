@@ -9,10 +9,14 @@ are committed so that seeds can be added later without re-running the others.
 from __future__ import annotations
 
 import json
+import pickle
+import re
 import statistics
 import sys
 from pathlib import Path
 from typing import Callable
+
+import torch
 
 from measure import BIN, ROOT, json_records, mean_sd, paired_difference, pyplot, run
 
@@ -20,7 +24,7 @@ METHODS = {
     "cross_entropy": ["--criterion", "cross_entropy"],
     "label_smoothing": ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"],
     "sparse_softmax": ["--criterion", "sparse_softmax", "--sparse-topk", "10"],
-    "as_softmax": ["--criterion", "as_softmax", "--as-delta", "0.3", "--as-warmup-ratio", "0.3"],
+    "as_softmax": ["--criterion", "as_softmax", "--as-delta", "0.3", "--as-warmup-ratio", "0.1"],  # the paper's
 }
 SCORES = ["BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L"]
 WAYS = {"grouped": "grouped by source (Du et al.'s script)", "per example": "per example (UniLM's table)"}
@@ -31,11 +35,31 @@ TOPK, PLAIN = "beam 5, top-5 mask", "beam 5"
 def fairseq_train(data: Path, folder: Path, seed: int, updates: int, flags: list, log_interval: int) -> None:
     """``fairseq-train`` on ``data`` for ``updates`` updates with ``flags`` (model, loss, optimiser, device): the valid
     split scored ten times along the way (the curves), the JSON log in ``folder/train.log`` (written as it runs),
-    the last checkpoint in ``folder/checkpoints``."""
+    the last checkpoint in ``folder/checkpoints``.
+
+    A checkpoint with the optimiser's state is saved at each validation, so a run that was stopped goes on from its
+    last one, its log appended to the first part's: fairseq seeds dropout by the update number and restores the
+    batches, so the resumed run is the one that would have run."""
+    checkpoints, interval = folder / "checkpoints", max(1, updates // 10)
+    restore = resume_point(checkpoints)
     run([BIN / "fairseq-train", data, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq", *flags,
-         "--seed", seed, "--max-update", updates, "--validate-interval-updates", max(1, updates // 10),
-         "--save-dir", folder / "checkpoints", "--no-epoch-checkpoints", "--no-save-optimizer-state",
-         "--log-format", "json", "--log-interval", log_interval, "--num-workers", "0"], folder / "train.log")
+         "--seed", seed, "--max-update", updates, "--validate-interval-updates", interval,
+         "--save-interval-updates", interval, "--keep-interval-updates", 1, "--save-dir", checkpoints,
+         *(["--restore-file", restore] if restore else []), "--no-epoch-checkpoints", "--log-format", "json",
+         "--log-interval", log_interval, "--num-workers", "0"], folder / "train.log", append=restore is not None)
+
+
+def resume_point(checkpoints: Path) -> Path | None:
+    """The newest checkpoint of a stopped run that loads whole, or None (the others are deleted): fairseq writes a
+    save's first file atomically but copies it to the others (``checkpoint_last.pt`` among them), so a run stopped
+    while copying leaves one cut short."""
+    for path in sorted(checkpoints.glob("*.pt"), key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            torch.load(path, map_location="cpu", weights_only=False)
+            return path
+        except (RuntimeError, EOFError, pickle.UnpicklingError):
+            path.unlink()
+    return None
 
 
 def score(predictions: Path, references: Path, sources: Path, grouped: bool) -> dict[str, float]:
@@ -48,21 +72,26 @@ def score(predictions: Path, references: Path, sources: Path, grouped: bool) -> 
     return {name: float(scores[name]) for name in SCORES}
 
 
-def record(folder: Path, method: str, seed: int, train: Callable[[Path], None],
+def record(folder: Path, method: str, flags: list, seed: int, train: Callable[[Path], None],
            decode: Callable[[Path, str, Path], Path], decodings: list[str], references: Path, sources: Path,
            fresh: bool = False) -> dict:
     """One run: ``train(folder)`` (which writes ``folder/train.log`` and ``folder/checkpoints/checkpoint_last.pt``),
     then ``decode(checkpoint, decoding, folder)`` → a prediction file per decoding, each scored both ways. The scores
     are kept in ``result.json`` and the weights deleted; a folder with a ``result.json`` is read, not re-run
-    (``fresh``: re-run), and a run stopped while decoding is decoded again without training again."""
+    (``fresh``: re-run), unless its log shows that the method's ``flags`` have changed since; a run stopped while
+    training goes on from its last checkpoint, one stopped while decoding is decoded again without training again."""
     result_file, train_log = folder / "result.json", folder / "train.log"
     checkpoint = folder / "checkpoints" / "checkpoint_last.pt"
+    if result_file.exists() and not fresh and (changed := contradicted(train_log.read_text("utf-8"), flags)):
+        print(f"note: {folder.name} was run without {', '.join(changed)}: running it again", file=sys.stderr)
+        fresh = True
     if not result_file.exists() or fresh:
         folder.mkdir(parents=True, exist_ok=True)
+        if fresh:
+            delete_weights(folder)  # fairseq-train would resume from them
         trained = checkpoint.exists() and train_log.exists() and "done training" in train_log.read_text("utf-8")
         if fresh or not trained:
-            delete_weights(folder)  # fairseq-train would resume from them; a run's log must be the whole run
-            train(folder)
+            train(folder)  # from the start, or from where a stopped run saved last
         result = {}
         for decoding in decodings:
             predictions = decode(checkpoint, decoding, folder)
@@ -71,15 +100,29 @@ def record(folder: Path, method: str, seed: int, train: Callable[[Path], None],
         result_file.write_text(json.dumps(result, indent=1), encoding="utf-8")
         delete_weights(folder)  # the numbers are kept; the weights are not
     output = train_log.read_text(encoding="utf-8")
-    valid = [{"update": int(r["num_updates"]), "nll": float(r.get("nll_loss", r["loss"]))}
-             for r in json_records(output, "valid")]
+    # a resumed run may validate again an update its first part validated before it was stopped: the last counts
+    nll = {int(r["num_updates"]): float(r.get("nll_loss", r["loss"])) for r in json_records(output, "valid")}
+    valid = [{"update": update, "nll": value} for update, value in sorted(nll.items())]
     train_records = json_records(output, "train")
     return {"method": method, "seed": seed, "scores": json.loads(result_file.read_text(encoding="utf-8")),
             "valid": valid, "wall": float(train_records[-1]["wall"])}
 
 
+def contradicted(log: str, flags: list) -> list[str]:
+    """The options of a method's ``flags`` (the criterion and its values, in pairs) that the criterion config fairseq
+    logged at the top of a run's ``train.log`` does not show: the run was made before the method changed."""
+    logged = re.search(r"'criterion': \{[^}]*\}", log)
+    config = logged.group() if logged else ""
+
+    def shown(option: str, value) -> bool:
+        key = "_name" if option == "--criterion" else option.removeprefix("--").replace("-", "_")
+        return re.search(rf"'{key}': '?{re.escape(str(value))}'?[,}}]", config) is not None
+
+    return [f"{option} {value}" for option, value in zip(flags[::2], flags[1::2]) if not shown(option, value)]
+
+
 def delete_weights(folder: Path) -> None:
-    for file in (folder / "checkpoints").glob("*.pt"):
+    for file in (folder / "checkpoints").glob("*.pt*"):  # with the .tmp of a save that was stopped
         file.unlink()
 
 

@@ -5,17 +5,23 @@ predictions against Du's references, per example and grouped by sentence."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
 from scoring import bleu  # scripts/ is on sys.path (conftest.py)
 
 from conftest import ROOT, run_script
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import qg_experiment  # noqa: E402
+import qg_runs  # noqa: E402
 
 METHODS = ["cross_entropy", "as_softmax"]
 DECODINGS = ["beam 1", "beam 5", "beam 5, top-5 mask", "beam 5, source mask"]
@@ -56,9 +62,13 @@ def experiment(tmp_path_factory) -> tuple[Path, Path]:
         (du / f"src-{name}.txt").write_text("\n".join(src) + "\n", encoding="utf-8")
         (du / f"tgt-{name}.txt").write_text("\n".join(tgt) + "\n", encoding="utf-8")
     out = root / "out"
-    run_script("benchmarks/qg_experiment.py", "--du2017-dir", du, "--out", out, "--seeds", "1",
-               "--methods", *METHODS, "--scale", "tiny", "--spm-vocab-size", "100")
+    run_script("benchmarks/qg_experiment.py", *experiment_args(du, out, METHODS))
     return du, out
+
+
+def experiment_args(du: Path, out: Path, methods: list[str]) -> list:
+    return ["--du2017-dir", du, "--out", out, "--seeds", "1", "--methods", *methods, "--scale", "tiny",
+            "--spm-vocab-size", "100"]
 
 
 def test_train_and_valid_share_no_sentence_and_lose_no_pair(experiment):
@@ -125,3 +135,56 @@ def test_source_mask_allows_the_most_frequent_question_pieces(tmp_path):
 def test_negative_question_pieces_is_one_line_error(tmp_path):
     proc = run_script("benchmarks/qg_experiment.py", "--question-pieces", "-1", "--out", tmp_path, check=False)
     assert proc.returncode == 2 and "--question-pieces: expected a count >= 0, got -1" in proc.stderr.splitlines()[-1]
+
+
+def test_a_stopped_run_goes_on_from_its_last_checkpoint_to_the_same_result(experiment, tmp_path):
+    """The cross_entropy run killed after its first checkpoint, then the same command again: it resumes there (fairseq
+    says so in the log) and ends where the uninterrupted run ended, the same valid curve and test scores."""
+    du, out = experiment
+    copy = tmp_path / "out"
+    for prepared in ("split", "data"):
+        shutil.copytree(out / "work" / prepared, copy / "work" / prepared)
+    args = experiment_args(du, copy, ["cross_entropy"])
+    proc = subprocess.Popen([sys.executable, ROOT / "benchmarks" / "qg_experiment.py", *map(str, args)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    folder = copy / "work" / "cross_entropy-seed1"
+    while not list((folder / "checkpoints").glob("checkpoint_*_*.pt")):
+        assert proc.poll() is None, "the run ended before its first checkpoint"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert "done training" not in (folder / "train.log").read_text() and not (folder / "result.json").exists()
+
+    run_script("benchmarks/qg_experiment.py", *args)
+    log = (folder / "train.log").read_text()
+    assert log.count("done training") == 1
+    resumed_at = [line for line in log.splitlines() if "Loaded checkpoint" in line]
+    assert len(resumed_at) == 1 and "@ 0 updates" not in resumed_at[0]
+    [resumed] = json.loads((copy / "runs.json").read_text())
+    whole = next(r for r in json.loads((out / "runs.json").read_text()) if r["method"] == "cross_entropy")
+    assert resumed["scores"] == whole["scores"]
+    assert resumed["final_valid_nll"] == whole["final_valid_nll"]
+    assert not list((folder / "checkpoints").iterdir())  # the weights deleted once scored
+
+
+def test_resume_point_is_the_newest_checkpoint_that_loads(tmp_path):
+    older, newer = tmp_path / "checkpoint_1_20.pt", tmp_path / "checkpoint_last.pt"
+    for path in (older, newer):
+        torch.save({"model": torch.ones(3)}, path)
+        time.sleep(0.02)  # distinct modification times
+    assert qg_runs.resume_point(tmp_path) == newer
+    newer.write_bytes(newer.read_bytes()[:100])  # a copy stopped half-way
+    assert qg_runs.resume_point(tmp_path) == older and not newer.exists()
+    older.write_bytes(b"")
+    assert qg_runs.resume_point(tmp_path) is None and not older.exists()
+
+
+def test_a_record_made_with_other_method_flags_is_found_out(experiment):
+    """A run's logged criterion config against its method's flags: a method changed since is run again."""
+    _, out = experiment
+    log = (out / "work" / "as_softmax-seed1" / "train.log").read_text()
+    flags = qg_experiment.METHODS["as_softmax"]
+    assert qg_runs.contradicted(log, flags) == []
+    changed = [*flags[:-1], "0.25"]
+    assert qg_runs.contradicted(log, changed) == [f"{flags[-2]} 0.25"]
+    assert qg_runs.contradicted(log, ["--criterion", "sparse_softmax", *flags[2:]]) == ["--criterion sparse_softmax"]
