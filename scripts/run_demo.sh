@@ -1,18 +1,30 @@
 #!/usr/bin/env bash
 # The main job end to end on the bundled toy corpus: set up -> prepare (as Gigaword) -> fairseq-train with
-# sparse_softmax -> fairseq-generate with masked decoding -> score and plot. Everything goes to ./demo (or $1).
+# sparse_softmax -> fairseq-generate with masked decoding -> score and plot. Everything goes to ./demo (or $1);
+# the tools' whole output goes to its *.log files, and a step that fails stops the demo with its error shown.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$(realpath -m "${1:-$root/demo}")"
 bash "$root/scripts/setup_env.sh"
 export PATH="$root/.venv/bin:$PATH"
 cd "$root"
+mkdir -p "$out"
+
+# quietly LOG CMD...: run CMD with its output in LOG; if it fails, show the end of LOG and stop with its status
+quietly() {
+    local log=$1
+    shift
+    "$@" > "$log" 2>&1 || { local status=$?; echo "failed ($status): $*; the end of $log:" >&2; tail -n 20 "$log" >&2
+                            exit "$status"; }
+}
 
 echo "== 1/4 prepare: toy corpus in Gigaword's harvardnlp layout -> sentencepiece + fairseq-preprocess"
-python data-prep/make_toy_data.py "$out/raw" --layout harvard
-python data-prep/prepare_gigaword.py "$out/raw" "$out/prep" --spm-vocab-size 100 --workers 2 --overwrite
+quietly "$out/toy.log" python data-prep/make_toy_data.py "$out/raw" --layout harvard
+quietly "$out/prep.log" python data-prep/prepare_gigaword.py "$out/raw" "$out/prep" --spm-vocab-size 100 \
+    --workers 2 --overwrite
+grep -E "^(train|valid|test): " "$out/prep.log"
 
-echo "== 2/4 train: --criterion sparse_softmax --sparse-topk 10"
+echo "== 2/4 train: --criterion sparse_softmax --sparse-topk 10, 600 updates (one line per epoch)"
 rm -rf "$out/checkpoints"
 fairseq-train "$out/prep/data-bin" --user-dir user_dir --task sparse_seq2seq --cpu \
     --arch transformer_tiny --share-all-embeddings --dropout 0.1 \
@@ -20,16 +32,28 @@ fairseq-train "$out/prep/data-bin" --user-dir user_dir --task sparse_seq2seq --c
     --optimizer adam --lr 0.002 --lr-scheduler inverse_sqrt --warmup-updates 100 \
     --max-tokens 4000 --max-update 600 \
     --save-dir "$out/checkpoints" --no-epoch-checkpoints \
-    --log-format json --log-interval 20 2>&1 | tee "$out/train.log" | grep -E "\| (valid|train) \|" || true
+    --log-format json --log-interval 20 2>&1 | python scripts/train_progress.py --log "$out/train.log" --max-update 600
 
 echo "== 3/4 generate: beam 5, masked decoding over the top 5 tokens, on the test set"
 fairseq-generate "$out/prep/data-bin" --user-dir user_dir --task sparse_seq2seq --cpu \
     --path "$out/checkpoints/checkpoint_best.pt" \
     --beam 5 --decoding-topk 5 --batch-size 64 --gen-subset test --post-process sentencepiece \
-    > "$out/generate.txt"
-tail -n 1 "$out/generate.txt"
+    > "$out/generate.txt" 2> "$out/generate.log" \
+    || { echo "fairseq-generate failed; the end of $out/generate.log:" >&2; tail -n 20 "$out/generate.log" >&2; exit 1; }
+echo "$(grep -c '^H-' "$out/generate.txt") hypotheses -> $out/generate.txt"
 
 echo "== 4/4 score (every test sentence must have its hypothesis) and plot"
-python scripts/score_summaries.py "$out/generate.txt" --refs "$out/prep/test.ref" --json "$out/rouge.json"
-python scripts/score_questions.py "$out/generate.txt" --refs "$out/prep/test.ref" --json "$out/bleu.json"
-python scripts/plot_training_log.py "$out/train.log" --out "$out/loss_curve.png"
+quietly "$out/score.log" python scripts/score_summaries.py "$out/generate.txt" --refs "$out/prep/test.ref" \
+    --json "$out/rouge.json"
+quietly "$out/score.log" python scripts/score_questions.py "$out/generate.txt" --refs "$out/prep/test.ref" \
+    --json "$out/bleu.json"
+quietly "$out/plot.log" python scripts/plot_training_log.py "$out/train.log" --out "$out/loss_curve.png"
+python - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+rouge, bleu = (json.load(open(f"{out}/{name}.json"))["scores"] for name in ("rouge", "bleu"))
+print("ROUGE-1/2/L " + "/".join(f"{rouge[k]:.2f}" for k in ("ROUGE-1", "ROUGE-2", "ROUGE-L"))
+      + ", BLEU-4 " + f"{bleu['BLEU-4']:.2f}")
+print(f"files: {out}/generate.txt (hypotheses), rouge.json and bleu.json (scores per example too), "
+      "loss_curve.png, train.log (fairseq's whole log), checkpoints/")
+PY

@@ -31,10 +31,24 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.i
 def pytest_addoption(parser):
     parser.addoption("--run-slow", action="store_true",
                      help="also run the tests marked slow (they build environments and need the package index)")
+    parser.addoption("--fast", action="store_true",
+                     help="the fast tier: a test skips where it would run a fairseq tool, a benchmark or a README "
+                     "block (the loss math, decoding math, scorers and data prep run)")
+
+
+_FAST = False  # --fast, set once the options are parsed
 
 
 def pytest_configure(config):
+    global _FAST
+    _FAST = config.getoption("--fast")
     config.addinivalue_line("markers", "slow: minutes long and needs the package index; run with --run-slow")
+
+
+def skip_in_fast_tier(what: str) -> None:
+    """Where a test starts fairseq training, decoding or an experiment: not in the fast tier."""
+    if _FAST:
+        pytest.skip(f"fast tier (--fast): runs {what}")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -53,6 +67,7 @@ def device(request) -> torch.device:
 
 
 def run_cli(*args: str, cwd: Path = ROOT, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
+    skip_in_fast_tier(args[0])
     cmd = [str(BIN / args[0]), *map(str, args[1:])]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin must load checkpoints by itself
@@ -64,6 +79,8 @@ def run_cli(*args: str, cwd: Path = ROOT, check: bool = True, input: str | None 
 
 def run_script(script: str, *args, check: bool = True) -> subprocess.CompletedProcess:
     """``python <script> args...`` for a script of this repository (path relative to the root)."""
+    if script.startswith("benchmarks/"):
+        skip_in_fast_tier(script)
     proc = subprocess.run([sys.executable, str(ROOT / script), *map(str, args)], capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
@@ -92,6 +109,7 @@ def run_together(commands: list[list[str]], timeout: float, **popen) -> list[sub
     own, and wait for all. Past ``timeout`` seconds in all, every session is killed before the timeout is
     raised, so the training jobs a command started die with it instead of running on and slowing the rest of
     the suite (``subprocess.run``'s timeout kills the command alone and leaves them orphaned)."""
+    skip_in_fast_tier(" and ".join(Path(command[0]).name for command in commands))
     procs = [subprocess.Popen(command, text=True, start_new_session=True, **popen) for command in commands]
     deadline = time.monotonic() + timeout
     try:

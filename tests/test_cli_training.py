@@ -133,3 +133,39 @@ def test_plot_training_log_refuses_what_it_cannot_read(tmp_path):
         proc = run_script("scripts/plot_training_log.py", log, "--out", tmp_path / "x.png", check=False)
         assert proc.returncode == 2 and f"plot_training_log.py: error: {log.parent}/{message}" in proc.stderr
         assert not (tmp_path / "x.png").exists()
+
+
+def test_train_progress_shows_one_line_per_epoch_and_keeps_the_whole_log(tmp_path):
+    """scripts/train_progress.py (the demo's training output) on fairseq's json records."""
+    records = [
+        '2026-01-01 | INFO | train_inner | {"epoch": 1, "update": 0.5, "loss": "9.1", "num_updates": "10"}',
+        '2026-01-01 | INFO | valid | {"epoch": 1, "valid_loss": "8.2", "valid_nll_loss": "8.0", '
+        '"valid_num_updates": "20"}',
+        '2026-01-01 | INFO | train | {"epoch": 1, "train_loss": "8.7", "train_num_updates": "20", "train_wall": "3"}',
+        '2026-01-01 | INFO | valid | {"epoch": 2, "valid_loss": "8.4", "valid_nll_loss": "8.1", '
+        '"valid_num_updates": "40"}',
+        '2026-01-01 | INFO | train | {"epoch": 2, "train_loss": "8.3", "train_num_updates": "40", "train_wall": "6"}',
+        "2026-01-01 | INFO | fairseq_cli.train | done training in 6.1 seconds"]
+    log = tmp_path / "logs" / "train.log"
+    proc = subprocess.run([str(BIN / "python"), ROOT / "scripts" / "train_progress.py", "--log", log, "--max-update",
+                           "40"], input="\n".join(records) + "\n", capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "epoch   1 | update 20/40 | train loss 8.700 | valid loss 8.200, nll 8.000 | 3 s",
+        "epoch   2 | update 40/40 | train loss 8.300 | valid loss 8.400, nll 8.100 | 6 s",
+        f"best valid loss 8.200 (epoch 1); the whole log: {log}"]
+    assert log.read_text().splitlines() == records
+
+
+def test_a_training_that_fails_stops_the_pipeline_with_its_error(tmp_path):
+    """As the demo runs it: fairseq-train's error, not a silent success, when its output goes through
+    train_progress.py under ``set -o pipefail``."""
+    script = (f"set -euo pipefail\n{BIN / 'fairseq-train'} {tmp_path / 'missing-data-bin'} "
+              f"--user-dir {ROOT / 'user_dir'} --task sparse_seq2seq --arch transformer_tiny --cpu --max-tokens 100 "
+              "2>&1 "
+              f"| {BIN / 'python'} {ROOT / 'scripts' / 'train_progress.py'} --log {tmp_path / 'train.log'}\n"
+              "echo 'went on'\n")
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert proc.returncode != 0 and "went on" not in proc.stdout
+    assert "fairseq-train stopped before it finished" in proc.stderr
+    assert str(tmp_path / "missing-data-bin") in proc.stderr  # fairseq's own error, shown
