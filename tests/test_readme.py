@@ -1,10 +1,13 @@
-"""Every command block of README.md runs as printed, so the README cannot drift from the code.
+"""Every command block of README.md and of the docs/ pages runs as printed, so the documentation cannot drift from
+the code.
 
-The README's ```bash blocks run in document order, each as one ``bash`` script with ``set -euo
+The ```bash blocks run in reading order — README.md, then the docs/ pages in the order its contents table links
+them — each as one ``bash`` script with ``set -euo
 pipefail``, in a sandbox: a folder whose entries link to the repository's (so ``scripts/...``,
 ``data-prep/...``, ``--user-dir user_dir`` and ``.venv`` resolve as they do in the repository) plus
 tiny stand-ins, made here, for the data the commands name (``sumdata/``, ``train-v1.1.json``,
-``clinc150/data_full.json``, ...). Later blocks use what earlier ones wrote, as a reader would.
+``clinc150/data_full.json``, ...). Later blocks use what earlier ones wrote, as a reader would. Every docs/ page
+is in the contents, and every relative link of these pages points at a file and heading that exist.
 
 The commands are changed in scale only, by ``SCALE`` below: fewer updates, epochs and training pairs,
 a tiny transformer for the base one, and a free port for the distributed example. A block preceded by
@@ -32,6 +35,7 @@ import pytest
 from conftest import ROOT, run_together
 
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 FIXTURES = ROOT / "tests" / "fixtures"
 VENV = Path(sys.executable).parent.parent
 #: What the sandbox links to in the repository.
@@ -56,24 +60,62 @@ SCALE = [
 ]
 
 
-def readme_blocks() -> list[tuple[int, str, str, str | None]]:
-    """(line of the opening fence, language, text, skip reason or None) for every fenced block."""
-    blocks, lines = [], README.read_text(encoding="utf-8").splitlines()
-    number = 0
-    while number < len(lines):
-        fence = _FENCE.match(lines[number])
-        if fence:
-            skip = _SKIP.match(lines[number - 1]) if number else None
-            end = lines.index("```", number + 1)
-            blocks.append((number + 1, fence.group(1), "\n".join(lines[number + 1:end]), skip and skip.group(1)))
-            number = end
-        number += 1
+def pages() -> list[Path]:
+    """README.md, then the docs/ pages in the order its contents table links them."""
+    contents = README.read_text(encoding="utf-8").split("\n## Contents\n", 1)[1].split("\n## ", 1)[0]
+    linked = re.findall(r"(?m)^\| \[[^\]]+\]\(docs/([\w-]+\.md)\)", contents)
+    return [README, *(DOCS / name for name in dict.fromkeys(linked))]
+
+
+def readme_blocks() -> list[tuple[str, str, str, str | None]]:
+    """(page:line of the opening fence, language, text, skip reason or None) for every fenced block, in reading
+    order."""
+    blocks = []
+    for page in pages():
+        lines, number = page.read_text(encoding="utf-8").splitlines(), 0
+        while number < len(lines):
+            fence = _FENCE.match(lines[number])
+            if fence:
+                skip = _SKIP.match(lines[number - 1]) if number else None
+                end = lines.index("```", number + 1)
+                blocks.append((f"{page.relative_to(ROOT)}:{number + 1}", fence.group(1),
+                               "\n".join(lines[number + 1:end]), skip and skip.group(1)))
+                number = end
+            number += 1
     return blocks
 
 
 def test_every_fenced_block_is_bash_or_text():
     untagged = [line for line, language, _, _ in readme_blocks() if language not in ("bash", "text")]
-    assert not untagged, f"README.md lines {untagged}: tag each block ```bash (run by this test) or ```text"
+    assert not untagged, f"{untagged}: tag each block ```bash (run by this test) or ```text"
+
+
+def test_every_docs_page_is_in_the_contents():
+    assert sorted(pages()[1:]) == sorted(DOCS.glob("*.md"))
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives the headings of a page (outside code blocks)."""
+    text = re.sub(r"(?ms)^```.*?^```$", "", page.read_text(encoding="utf-8"))
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            for heading in re.findall(r"(?m)^#+ (.+)$", text)}
+
+
+def test_relative_links_point_at_what_exists():
+    broken = []
+    for page in pages():
+        prose = re.sub(r"(?ms)^```.*?^```$", "", page.read_text(encoding="utf-8"))
+        for target in _LINK.findall(prose):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, fragment = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists() or (fragment and fragment not in anchors(file)):
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, broken
 
 
 # ----------------------------------------------------------------- tiny stand-ins for the data
@@ -182,7 +224,7 @@ def test_readme_commands_run_as_printed(sandbox):
         script.write_text("set -euo pipefail\n" + scaled(block) + "\n", encoding="utf-8")
         proc = run_together([["bash", str(script)]], timeout=900, cwd=sandbox, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)[0]
-        assert proc.returncode == 0, (f"README.md line {line}: the block failed ({proc.returncode}):\n{block}\n"
+        assert proc.returncode == 0, (f"{line}: the block failed ({proc.returncode}):\n{block}\n"
                                       f"--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-5000:]}")
         ran += 1
     assert ran >= 10
@@ -219,18 +261,18 @@ _INLINE = re.compile(r"`((?:python|bash) (?:scripts|benchmarks|data-prep)/[^`]+)
 
 
 def test_commands_in_the_prose_name_scripts_that_take_their_options():
-    prose = re.sub(r"(?ms)^```.*?^```$", "", README.read_text(encoding="utf-8"))
+    prose = re.sub(r"(?ms)^```.*?^```$", "", "\n".join(page.read_text(encoding="utf-8") for page in pages()))
     commands = _INLINE.findall(prose)
     assert len(commands) >= 5
     helps: dict[str, str] = {}
     for command in commands:
         runner, path, *args = command.split()
         script = ROOT / path
-        assert script.is_file(), f"README.md names {path}, which does not exist"
+        assert script.is_file(), f"the documentation names {path}, which does not exist"
         options = [a.split("=")[0] for a in args if a.startswith("--")]
         if runner == "python" and options:
             if path not in helps:
                 helps[path] = subprocess.run([sys.executable, str(script), "--help"], cwd=ROOT, capture_output=True,
                                              text=True, check=True).stdout
             missing = [o for o in options if o not in helps[path]]
-            assert not missing, f"README.md: `{command}`: {path} --help does not list {missing}"
+            assert not missing, f"`{command}`: {path} --help does not list {missing}"
