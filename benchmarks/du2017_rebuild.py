@@ -70,7 +70,8 @@ def compare(prepared: Path, squad_dir: Path, du_dir: Path, split: str) -> dict:
 
 
 def report(command: str, figures: dict[str, dict]) -> str:
-    rows = ["| split | lines | " + " | ".join(f"source: {text}" for text in KINDS.values()) + " | questions identical |",
+    kinds = " | ".join(f"source: {text}" for text in KINDS.values())
+    rows = [f"| split | lines | {kinds} | questions identical |",
             "|---|---|" + "---|" * (len(KINDS) + 1)]
     for split, f in figures.items():
         cells = [f"{f['kinds'][k]:,} ({100 * f['kinds'][k] / f['lines']:.2f} %)" for k in KINDS]

@@ -98,7 +98,8 @@ def test_answer_span_found_through_the_offsets():
 def test_sentences_end_after_their_final_mark_and_what_closes_it():
     tokens = tokenize('He left (for good.) She asked "Why?" Then Ltd. The St. Louis fire [3] ends')
     assert [" ".join(t for t, _, _ in tokens[lo:hi]) for lo, hi in sentences(tokens)] == [
-        "He left -LRB- for good . -RRB-", "She asked `` Why ? ''", "Then Ltd. .", "The St. Louis fire -LSB- 3 -RSB- ends"]
+        "He left -LRB- for good . -RRB-", "She asked `` Why ? ''", "Then Ltd. .",
+        "The St. Louis fire -LSB- 3 -RSB- ends"]
     assert sentences([]) == []
 
 

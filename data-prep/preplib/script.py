@@ -13,7 +13,8 @@ text files and an old data-bin. Bad input ends the script with ``<script>: error
 <what>`` and exit status 2.
 
 ``finish`` refuses an empty split (fairseq cannot binarise one, and an empty split is nearly always a
-wrong file, or every example skipped; with ``--text-only`` it is a warning), prints what went in and came out of each split, binarises,
+wrong file, or every example skipped; with ``--text-only`` it is a warning), prints what went in and came
+out of each split, binarises,
 and writes ``prep_summary.json`` with paths relative to ``OUT``, so the folder can be moved.
 """
 from __future__ import annotations
