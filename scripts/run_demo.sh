@@ -5,6 +5,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$(realpath -m "${1:-$root/demo}")"
+updates="${DEMO_MAX_UPDATE:-600}"  # the README test shortens the training (its one change, of scale)
 bash "$root/scripts/setup_env.sh"
 export PATH="$root/.venv/bin:$PATH"
 cd "$root"
@@ -24,15 +25,16 @@ quietly "$out/prep.log" python data-prep/prepare_gigaword.py "$out/raw" "$out/pr
     --workers 2 --overwrite
 grep -E "^(train|valid|test): " "$out/prep.log"
 
-echo "== 2/4 train: --criterion sparse_softmax --sparse-topk 10, 600 updates (one line per epoch)"
+echo "== 2/4 train: --criterion sparse_softmax --sparse-topk 10, $updates updates (one line per epoch)"
 rm -rf "$out/checkpoints"
 fairseq-train "$out/prep/data-bin" --user-dir user_dir --task sparse_seq2seq --cpu \
     --arch transformer_tiny --share-all-embeddings --dropout 0.1 \
     --criterion sparse_softmax --sparse-topk 10 \
     --optimizer adam --lr 0.002 --lr-scheduler inverse_sqrt --warmup-updates 100 \
-    --max-tokens 4000 --max-update 600 \
+    --max-tokens 4000 --max-update "$updates" \
     --save-dir "$out/checkpoints" --no-epoch-checkpoints \
-    --log-format json --log-interval 20 2>&1 | python scripts/train_progress.py --log "$out/train.log" --max-update 600
+    --log-format json --log-interval 20 2>&1 | python scripts/train_progress.py --log "$out/train.log" \
+    --max-update "$updates"
 
 echo "== 3/4 generate: beam 5, masked decoding over the top 5 tokens, on the test set"
 fairseq-generate "$out/prep/data-bin" --user-dir user_dir --task sparse_seq2seq --cpu \

@@ -9,8 +9,9 @@ tiny stand-ins, made here, for the data the commands name (``sumdata/``, ``train
 ``clinc150/data_full.json``, ...). Later blocks use what earlier ones wrote, as a reader would. Every docs/ page
 is in the contents, and every relative link of these pages points at a file and heading that exist.
 
-The commands are changed in scale only, by ``SCALE`` below: fewer updates, epochs and training pairs,
-a tiny transformer for the base one, and a free port for the distributed example. A block preceded by
+The commands are changed in scale only, by ``SCALE`` below (and the demo's ``DEMO_MAX_UPDATE``): fewer
+updates, epochs and training pairs, a tiny transformer for the base one, and a free port for the distributed
+example. A block preceded by
 ``<!-- readme-test: skip (reason) -->`` is not run; the reason is required. Every fenced block is
 ``bash`` or ``text``, so none escapes the test by having no language. The commands the prose names
 inline (``python benchmarks/loss_speed.py --device cuda``) must name scripts that exist and take
@@ -214,7 +215,7 @@ def test_every_scale_change_applies_to_some_command():
 
 def test_readme_commands_run_as_printed(sandbox):
     env = {**os.environ, "PATH": f"{VENV / 'bin'}{os.pathsep}{os.environ['PATH']}", "PYTHONUNBUFFERED": "1",
-           "TMPDIR": str(sandbox / ".tmp")}
+           "TMPDIR": str(sandbox / ".tmp"), "DEMO_MAX_UPDATE": "60"}  # scale, as SCALE: the demo's training
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin must load checkpoints by itself
     ran = 0
     for line, language, block, skip in readme_blocks():
