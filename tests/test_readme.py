@@ -221,7 +221,7 @@ def test_readme_commands_run_as_printed(sandbox):
     for line, language, block, skip in readme_blocks():
         if language != "bash" or skip:
             continue
-        script = sandbox / f".block-{line}.sh"
+        script = sandbox / (".block-" + re.sub(r"[^\w.-]", "-", line) + ".sh")
         script.write_text("set -euo pipefail\n" + scaled(block) + "\n", encoding="utf-8")
         proc = run_together([["bash", str(script)]], timeout=900, cwd=sandbox, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)[0]

@@ -28,6 +28,11 @@
    bf16 training itself is device-agnostic (model in bfloat16, fp32 master weights, no loss scaling),
    so we keep ``--tpu`` only where the command line asked for it, before fairseq's launcher
    (``distributed_utils.call_main``) chooses how to start the workers.
+7. A resumed run's batches. fairseq makes a training set's batches once and keeps them for every epoch, but it
+   orders the examples (ties among equal lengths) with a seed plus the epoch it makes them in: epoch 1 in a run
+   from scratch, the checkpoint's epoch in a resumed one, which so trains on other batches from then on. Where
+   fairseq keeps them, we make them as at epoch 1, so a resumed run is the run that would have run (dropout is
+   seeded by the update number already).
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ from fairseq import checkpoint_utils
 from fairseq.data import data_utils
 from fairseq.distributed import utils as distributed_utils
 from fairseq.models import BaseFairseqModel
+from fairseq.tasks import FairseqTask
 from fairseq.ngram_repeat_block import NGramRepeatBlock
 
 from .options import UsageError, report_error
@@ -135,6 +141,22 @@ def _check_batch_size(cfg) -> None:
         raise UsageError("--batch-size or --max-tokens: give one (the sentences or the tokens a batch holds)")
 
 
+def _batches_made_as_at_epoch_1(get_batch_iterator):
+    @functools.wraps(get_batch_iterator)
+    def wrapper(self, dataset, *args, epoch=1, **kwargs):
+        rebuilt = getattr(getattr(self, "cfg", None), "rebuild_batches", False)  # made again at every epoch
+        kept = (not kwargs.get("disable_iterator_cache") and not kwargs.get("update_epoch_batch_itr")
+                and not rebuilt and self.can_reuse_epoch_itr(dataset))
+        if not kept or epoch == 1 or dataset in self.dataset_to_epoch_iter:
+            return get_batch_iterator(self, dataset, *args, epoch=epoch, **kwargs)
+        iterator = get_batch_iterator(self, dataset, *args, epoch=1, **kwargs)
+        iterator.epoch = epoch  # what the iterator and the data would have been made with
+        dataset.set_epoch(epoch)
+        return iterator
+
+    return wrapper
+
+
 def _bf16_without_tpu(call_main):
     @functools.wraps(call_main)
     def wrapper(cfg, main, **kwargs):
@@ -164,6 +186,7 @@ def apply() -> None:
     BaseFairseqModel.set_num_updates = _set_num_updates_recording(BaseFairseqModel.set_num_updates)
     NGramRepeatBlock._no_repeat_ngram = _no_repeat_ngram_on_generated(NGramRepeatBlock._no_repeat_ngram)
     distributed_utils.call_main = _bf16_without_tpu(distributed_utils.call_main)
+    FairseqTask.get_batch_iterator = _batches_made_as_at_epoch_1(FairseqTask.get_batch_iterator)
     for name, module in _cli_modules():
         module.main = _usage_error_exits(module.main, name in _BATCH_SIZE_REQUIRED)
     setattr(checkpoint_utils, _APPLIED, True)
