@@ -34,9 +34,9 @@ def du_lines(path: Path) -> list[str]:
     return [" ".join(line.split()) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def paragraphs(squad_dir: Path, du_name: str) -> list[tuple[list[str], list[str]]]:
+def paragraphs(squad_dir: Path, du_name: str) -> list[tuple[list[str], str, str]]:
     """For each question of Du et al.'s ``du_name`` articles, in the prep's order: the lower-cased sentences of its
-    paragraph and the texts of its answer (what a differing line is checked against)."""
+    paragraph, its answer's text and the paragraph (what a differing line is checked against)."""
     articles = {a.title: a for name in ("train", "dev") for a in load_articles(squad_dir / f"{name}-v1.1.json")}
     out = []
     for title in (squad_dir / f"doclist-{du_name}.txt").read_text(encoding="utf-8").split("\n"):
@@ -45,7 +45,7 @@ def paragraphs(squad_dir: Path, du_name: str) -> list[tuple[list[str], list[str]
         for paragraph in articles[title.strip()].record["paragraphs"]:
             tokens = tokenize(paragraph["context"])
             lines = [" ".join(t for t, _, _ in tokens[lo:hi]).lower() for lo, hi in sentences(tokens)]
-            out += [(lines, [qa["answers"][0]["text"], paragraph["context"]]) for qa in paragraph["qas"]]
+            out += [(lines, qa["answers"][0]["text"], paragraph["context"]) for qa in paragraph["qas"]]
     return out
 
 
@@ -57,7 +57,7 @@ def compare(prepared: Path, squad_dir: Path, du_dir: Path, split: str) -> dict:
     if not len(ours) == len(theirs) == len(questions[0]) == len(questions[1]):
         sys.exit(f"{split}: {len(ours)} prepared lines, {len(theirs)} of Du et al.'s: the splits do not line up")
     kinds = {kind: [] for kind in KINDS}
-    for i, (mine, du, (lines, (answer, context))) in enumerate(zip(ours, theirs, paragraphs(squad_dir, du_name))):
+    for i, (mine, du, (lines, answer, context)) in enumerate(zip(ours, theirs, paragraphs(squad_dir, du_name))):
         if mine == du:
             kinds["same"].append(i)
         elif du in lines and context.count(answer) > 1:
