@@ -11,12 +11,14 @@ export PATH="$root/.venv/bin:$PATH"
 cd "$root"
 mkdir -p "$out"
 
-# quietly LOG CMD...: run CMD with its output in LOG; if it fails, show the end of LOG and stop with its status
+# quietly LOG [--stdout FILE] CMD...: run CMD with its output in LOG (its standard output in FILE if given); if it
+# fails, show the end of LOG and stop with its status
 quietly() {
-    local log=$1
+    local log=$1 out=$1
     shift
-    "$@" > "$log" 2>&1 || { local status=$?; echo "failed ($status): $*; the end of $log:" >&2; tail -n 20 "$log" >&2
-                            exit "$status"; }
+    if [ "$1" = --stdout ]; then out=$2; shift 2; fi
+    if [ "$out" = "$log" ]; then "$@" > "$log" 2>&1; else "$@" > "$out" 2> "$log"; fi \
+        || { local status=$?; echo "failed ($status): $*; the end of $log:" >&2; tail -n 20 "$log" >&2; exit "$status"; }
 }
 
 echo "== 1/4 prepare: toy corpus in Gigaword's harvardnlp layout -> sentencepiece + fairseq-preprocess"
@@ -37,17 +39,15 @@ fairseq-train "$out/prep/data-bin" --user-dir user_dir --task sparse_seq2seq --c
     --max-update "$updates"
 
 echo "== 3/4 generate: beam 5, masked decoding over the top 5 tokens, on the test set"
-fairseq-generate "$out/prep/data-bin" --user-dir user_dir --task sparse_seq2seq --cpu \
-    --path "$out/checkpoints/checkpoint_best.pt" \
-    --beam 5 --decoding-topk 5 --batch-size 64 --gen-subset test --post-process sentencepiece \
-    > "$out/generate.txt" 2> "$out/generate.log" \
-    || { echo "fairseq-generate failed; the end of $out/generate.log:" >&2; tail -n 20 "$out/generate.log" >&2; exit 1; }
+quietly "$out/generate.log" --stdout "$out/generate.txt" fairseq-generate "$out/prep/data-bin" --user-dir user_dir \
+    --task sparse_seq2seq --cpu --path "$out/checkpoints/checkpoint_best.pt" \
+    --beam 5 --decoding-topk 5 --batch-size 64 --gen-subset test --post-process sentencepiece
 echo "$(grep -c '^H-' "$out/generate.txt") hypotheses -> $out/generate.txt"
 
 echo "== 4/4 score (every test sentence must have its hypothesis) and plot"
-quietly "$out/score.log" python scripts/score_summaries.py "$out/generate.txt" --refs "$out/prep/test.ref" \
+quietly "$out/score-rouge.log" python scripts/score_summaries.py "$out/generate.txt" --refs "$out/prep/test.ref" \
     --json "$out/rouge.json"
-quietly "$out/score.log" python scripts/score_questions.py "$out/generate.txt" --refs "$out/prep/test.ref" \
+quietly "$out/score-bleu.log" python scripts/score_questions.py "$out/generate.txt" --refs "$out/prep/test.ref" \
     --json "$out/bleu.json"
 quietly "$out/plot.log" python scripts/plot_training_log.py "$out/train.log" --out "$out/loss_curve.png"
 python - "$out" <<'PY'
