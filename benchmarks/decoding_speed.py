@@ -34,12 +34,10 @@ import time
 from pathlib import Path
 
 import torch
+from fairseq import checkpoint_utils, options, tasks, utils
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from fairseq import checkpoint_utils, options, tasks, utils  # noqa: E402
-from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # noqa: E402
-from measure import pyplot  # noqa: E402
+from measure import ROOT, pyplot
 
 
 def configurations(topk: int) -> dict[str, dict]:

@@ -19,10 +19,8 @@ import tempfile
 from pathlib import Path
 
 from measure import ROOT, run
-
-sys.path.insert(0, str(ROOT / "data-prep"))
-from preplib.squad import load_articles  # noqa: E402  (it puts scripts/ on the path)
-from scoring.ptb import sentences, tokenize  # noqa: E402
+from preplib.squad import load_articles
+from sparse_softmax.scoring.ptb import sentences, tokenize
 
 SHARED = ROOT.parent / "shared" / "data"
 SPLITS = {"test": "test", "valid": "dev"}  # the prep's split → Du et al.'s file name

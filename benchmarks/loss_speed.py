@@ -14,16 +14,13 @@ autograd accumulates into.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from measure import best_times, device_name, grouped_bars, peak_extra_bytes, pyplot, sync, write_results
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from user_dir.losses import as_softmax_loss, sparse_softmax_loss  # noqa: E402
+from sparse_softmax.losses import as_softmax_loss, sparse_softmax_loss
 
 LOSSES = {
     "cross_entropy": lambda z, t: F.cross_entropy(z, t, reduction="sum"),

@@ -18,16 +18,13 @@ outright (masked: loss and gradient 0) and rows with the target and one other cl
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from measure import best_times, device_name, grouped_bars, peak_extra_bytes, pyplot, write_results
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from user_dir.losses import as_softmax, fused_output_loss, sparse_softmax_loss  # noqa: E402
+from sparse_softmax.losses import as_softmax, fused_output_loss, sparse_softmax_loss
 
 CASES = "1024x256x8000,4096x512x32000,8192x1024x50000"
 DENSE_SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)

@@ -46,9 +46,7 @@ from tqdm import tqdm
 
 import qg_runs
 from measure import BIN, ROOT, run, transformer_size
-
-sys.path.insert(0, str(ROOT / "scripts"))
-from scoring.inputs import parse_fairseq_output  # noqa: E402
+from sparse_softmax.scoring.inputs import parse_fairseq_output
 
 DEFAULT_DU_DIR = ROOT.parent / "shared" / "data" / "squad_qg_du2017"
 DU_FILES = ["src-dev.txt", "tgt-dev.txt", "src-test.txt", "tgt-test.txt"]

@@ -48,10 +48,8 @@ from tqdm import tqdm
 
 import qg_runs
 from measure import BIN, ROOT, run
-
-sys.path.insert(0, str(ROOT / "scripts"))
-from scoring import ptb  # noqa: E402
-from scoring.inputs import parse_fairseq_output, remove_bpe  # noqa: E402
+from sparse_softmax.scoring import ptb
+from sparse_softmax.scoring.inputs import parse_fairseq_output, remove_bpe
 
 DEFAULT_SQUAD_DIR = ROOT.parent / "shared" / "data" / "squad_v1.1"
 SQUAD_FILES = ["train-v1.1.json", "dev-v1.1.json", "doclist-train.txt", "doclist-dev.txt", "doclist-test.txt"]

@@ -16,7 +16,7 @@ From JSON, each question is one example: source = passage and answer joined by `
 ``--unit sentence`` takes the sentence that holds the answer instead of the passage, and ``--no-answer`` leaves
 out the separator and answer: together they rebuild Du et al.'s sentence-level files (their train split too)
 from SQuAD.
-Text is tokenised as the Penn Treebank, the conventions of Du et al.'s files (``scripts/scoring/ptb.py``), and
+Text is tokenised as the Penn Treebank, the conventions of Du et al.'s files (``sparse_softmax/scoring/ptb.py``), and
 lower-cased (``--no-lowercase`` keeps case). A passage longer than ``--max-source-tokens`` (464 in the
 Sparse-softmax paper) minus the answer and separator is cut to a window of that many tokens with the
 answer as central as possible (counted).
@@ -49,7 +49,7 @@ from tqdm import tqdm
 from preplib import binarize, hf_tokenizer, script
 from preplib.squad import ORDERS, UNITS, Article, QGOptions, examples, load_articles
 from preplib.textio import PairWriter, PrepError, SplitCounts, normalize, read_parallel, require_file
-from userinput import exit_on_error  # importable once preplib is (it puts scripts/ on the path)
+from sparse_softmax.userinput import exit_on_error
 
 DU_SPLITS = {"train": "train", "valid": "dev", "test": "test"}  # our name → Du et al.'s file name
 PTB_SOURCE_TOKENS = 464  # the Sparse-softmax paper's passage + separator + answer, in words

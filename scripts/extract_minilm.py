@@ -15,7 +15,7 @@ import importlib.util
 import zipfile
 from pathlib import Path
 
-from userinput import UserInputError, exit_on_error
+from sparse_softmax.userinput import UserInputError, exit_on_error
 
 NAME = "all-MiniLM-L6-v2"
 NEEDED = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")

@@ -9,7 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from userinput import UserInputError, decode, exit_on_error
+from sparse_softmax.userinput import UserInputError, decode, exit_on_error
 
 
 def read_records(text: str, path: Path, tag: str) -> list[dict]:

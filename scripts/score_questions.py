@@ -2,7 +2,7 @@
 """Score generated questions: corpus BLEU-1..4 as the QG papers report them, optional ROUGE-L and sacrebleu.
 
 BLEU follows the coco-caption / qgevalcap scorer used by Du et al. 2017, UniLM and ProphetNet (see
-``scoring/bleu.py``): clipped corpus counts, no smoothing, closest-reference brevity penalty,
+``sparse_softmax/scoring/bleu.py``): clipped corpus counts, no smoothing, closest-reference brevity penalty,
 whitespace tokens, no lower-casing unless ``--lowercase``. Two ways to form the scored items:
 
 * per example (default, as UniLM): each hypothesis against its own reference;
@@ -10,7 +10,7 @@ whitespace tokens, no lower-casing unless ``--lowercase``. Two ways to form the 
   with all their questions as references, scored against the *last* prediction made for that source.
 
 A model that writes a BERT tokenizer's tokens (``--arch hf_unilm``) is scored with ``--remove-bpe wordpiece
---ptb-hypotheses``: its punctuation split as the PTB references split it (``scoring/ptb.py``).
+--ptb-hypotheses``: its punctuation split as the PTB references split it (``sparse_softmax/scoring/ptb.py``).
 
     python scripts/score_questions.py generate-test.txt --remove-bpe sentencepiece
     python scripts/score_questions.py pred.txt --refs tgt-test.txt --group-by-source src-test.txt --json scores.json
@@ -21,10 +21,10 @@ import argparse
 
 import numpy as np
 
-from scoring import bleu, ptb, report
-from scoring.inputs import InputError, read_lines
-from scoring.rouge import coco_rouge_l
-from userinput import exit_on_error
+from sparse_softmax.scoring import bleu, ptb, report
+from sparse_softmax.scoring.inputs import InputError, read_lines
+from sparse_softmax.scoring.rouge import coco_rouge_l
+from sparse_softmax.userinput import exit_on_error
 
 BLEU_NAMES = [f"BLEU-{n}" for n in range(1, bleu.MAX_N + 1)]
 

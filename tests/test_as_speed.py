@@ -1,4 +1,5 @@
-"""AS-Speed: the schedule rule, the window counting, and the grouping of micro-batches (unit level).
+"""AS-Speed in fairseq: the window counting and the grouping of micro-batches (unit level); the rule is
+tested in tests/test_schedules.py.
 
 The end-to-end runs (rising steps, resuming, two processes) are in tests/test_text_classification.py.
 """
@@ -8,26 +9,7 @@ import pytest
 from fairseq.data import iterators
 
 from user_dir import as_speed
-from user_dir.as_speed import AccumulationSchedule, AdaptiveGroupedIterator, next_accumulation
-
-
-@pytest.mark.parametrize(
-    "prev, rows, masked, lam, cap, expected",
-    [
-        (1, 100, 0, 1.0, 4, 1),  # nothing masked: 100/100 = 1
-        (1, 100, 40, 1.0, 4, 2),  # 100/60 = 1.67 -> 2
-        (1, 100, 30, 1.0, 4, 1),  # 100/70 = 1.43 -> 1
-        (1, 100, 90, 1.0, 4, 2),  # 100/10 = 10, but at most one more than before
-        (3, 100, 0, 1.0, 8, 3),  # never fewer than before
-        (2, 10, 6, 1.0, 8, 3),  # 10/4 = 2.5: halves round up
-        (4, 10, 9, 1.0, 4, 4),  # capped
-        (1, 100, 0, 2.0, 4, 2),  # lambda scales the wanted steps
-        (2, 50, 50, 1.0, 8, 3),  # every row masked: one more
-        (2, 0, 0, 1.0, 8, 2),  # nothing counted: unchanged
-    ],
-)
-def test_rule(prev, rows, masked, lam, cap, expected):
-    assert next_accumulation(prev, rows, masked, lam, cap) == expected
+from user_dir.as_speed import AccumulationSchedule, AdaptiveGroupedIterator
 
 
 def test_schedule_counts_a_window_and_starts_a_new_one():

@@ -80,6 +80,14 @@ def test_the_warmup_resumes_from_a_checkpoint(loss, toy_data, tmp_path):
         assert all(float(r["loss"]) < float(r["nll_loss"]) for r in after_logs if int(r["num_updates"]) > 10)
 
 
+def test_as_delta_annealing_through_fairseq_train(toy_data, tmp_path):
+    """δ falls from 1 to 0.2 over the first half of 10 updates (0.16 less per update), then stays."""
+    out = _train(toy_data, tmp_path, ["--criterion", "as_softmax", "--as-delta", "0.2", "--as-anneal-ratio", "0.5"],
+                 max_update=10)
+    logged = [float(r["as_delta"]) for r in json_logs(out, "train_inner")]
+    assert logged == pytest.approx([1.0, 0.84, 0.68, 0.52, 0.36] + [0.2] * 5, abs=1e-3)  # logs round to 3 digits
+
+
 def test_checkpoint_needs_the_plugin_to_load(toy_data, tmp_path):
     _train(toy_data, tmp_path, ["--criterion", "sparse_softmax"], max_update=2)
     with pytest.raises(Exception, match="Weights only load failed"):

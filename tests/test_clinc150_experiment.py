@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_script
+from conftest import run_script
+from measure import json_records  # benchmarks/ (pyproject.toml's pytest pythonpath)
 from test_hf_encoder import write_tiny_bert
 from test_text_classification import FILLERS, TOPICS, _sentence
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from measure import json_records  # noqa: E402
 
 pytest.importorskip("transformers")
 PER_INTENT = {"train": 40, "val": 10, "test": 10}  # and as many oos examples per split

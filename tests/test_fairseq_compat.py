@@ -10,7 +10,6 @@ from fairseq.models import BaseFairseqModel
 from fairseq.ngram_repeat_block import NGramRepeatBlock
 
 import user_dir  # noqa: F401  (applies the fixes, registers the criterions)
-from user_dir.criterions.as_softmax import warmup_delta
 
 
 def _batches(fn, n=30, bsz=16, mult=8):
@@ -55,11 +54,6 @@ def test_models_record_the_update_count():
     model = BaseFairseqModel()
     model.set_num_updates(17)
     assert model.num_updates == 17
-
-
-@pytest.mark.parametrize("update, expected", [(0, 1.0), (29, 1.0), (30, 0.3), (99, 0.3)])
-def test_warmup_delta(update, expected):
-    assert warmup_delta(0.3, 0.3, 100, update) == expected
 
 
 class _Task:

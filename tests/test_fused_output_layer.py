@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-import user_dir.losses as L
-from user_dir.losses import _common, fused_output_loss
+import sparse_softmax.losses as L
+from sparse_softmax.losses import _common, fused_output_loss
 
 IGNORE = -100
 OPTIONS = {

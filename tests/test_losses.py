@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from user_dir import losses as L
+from sparse_softmax import losses as L
 
 IGNORE = 1  # fairseq's padding index: also a legal class, so ignoring must not depend on its value
 

@@ -19,7 +19,7 @@ import scripted_model  # noqa: E402
 from fairseq import utils  # noqa: E402
 from fairseq.search import BeamSearch  # noqa: E402
 
-from user_dir.masked_decoding import TokenSets, restrict, source_vocab, support  # noqa: E402
+from sparse_softmax.decoding import TokenSets, restrict, source_vocab, support  # noqa: E402
 from user_dir.search import MaskedBeamSearch  # noqa: E402
 from user_dir.tasks.sparse_seq2seq import SparseSeq2SeqConfig, SparseSeq2SeqTask  # noqa: E402
 

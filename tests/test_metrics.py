@@ -1,11 +1,11 @@
-"""user_dir.metrics against scikit-learn and against entity lists worked out by hand."""
+"""sparse_softmax.metrics against scikit-learn and against entity lists worked out by hand."""
 from __future__ import annotations
 
 import pytest
 import torch
 from sklearn.metrics import f1_score
 
-from user_dir import metrics
+from sparse_softmax import metrics
 
 
 def _one_hot(indices: torch.Tensor, num_classes: int) -> torch.Tensor:

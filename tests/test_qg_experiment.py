@@ -15,13 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from scoring import bleu  # scripts/ is on sys.path (conftest.py)
 
+import qg_experiment  # benchmarks/ (pyproject.toml's pytest pythonpath)
+import qg_runs
 from conftest import ROOT, run_script
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import qg_experiment  # noqa: E402
-import qg_runs  # noqa: E402
+from sparse_softmax.scoring import bleu
 
 METHODS = ["cross_entropy", "as_softmax"]
 DECODINGS = ["beam 1", "beam 5", "beam 5, top-5 mask", "beam 5, source mask"]

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_script
+
+import qg_minilm_experiment as experiment  # benchmarks/ (pyproject.toml's pytest pythonpath)
+from conftest import run_script
 from test_hf_encoder import write_tiny_bert
 from test_qg_experiment import assert_scores_are_bleu
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import qg_minilm_experiment as experiment  # noqa: E402
 
 pytest.importorskip("transformers")
 

@@ -1,24 +1,19 @@
-"""The Penn Treebank tokenizer of data-prep/prepare_squad_qg.py and the scorer (scripts/scoring/ptb.py): raw SQuAD-like
+"""The Penn Treebank tokenizer of data-prep/prepare_squad_qg.py and the scorer (sparse_softmax/scoring/ptb.py): raw SQuAD-like
 text against tokens worked out by hand, offsets that locate an answer, agreement with Du et al. 2017's
 PTB-tokenised files when ../shared/data has them, and the too-long-answer message of the CLI."""
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
+import du2017_rebuild  # benchmarks/ (pyproject.toml's pytest pythonpath)
 from conftest import ROOT, SHARED_DATA, run_script
-
-sys.path.insert(0, str(ROOT / "data-prep"))
-from scoring.ptb import agreement, from_bert, sentences, tokenize  # noqa: E402
-from preplib.squad import Article, QGOptions, examples  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import du2017_rebuild  # noqa: E402
-from preplib.textio import SplitCounts  # noqa: E402
+from preplib.squad import Article, QGOptions, examples
+from preplib.textio import SplitCounts
+from sparse_softmax.scoring.ptb import agreement, from_bert, sentences, tokenize
 
 DU2017 = SHARED_DATA / "squad_qg_du2017"
 SQUAD = ("--train-json", ROOT / "tests/fixtures/squad_train.json",

@@ -14,7 +14,7 @@ import sentencepiece as spm
 import torch
 from sklearn.metrics import f1_score
 
-from conftest import ROOT, TRAIN_COMMON, json_logs, run_cli, run_script, train_two_ranks
+from conftest import ROOT, TRAIN_COMMON, json_logs, run_cli, run_script, skip_in_fast_tier, train_two_ranks
 
 TOPICS = {
     "weather": ["rain", "sunny", "forecast", "cloudy", "storm"],
@@ -70,11 +70,13 @@ def _prepare(root: Path, multi_label: bool) -> Path:
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory) -> Path:
+    skip_in_fast_tier("fairseq-train")  # every test of this data set trains (the prep has tests of its own)
     return _prepare(tmp_path_factory.mktemp("single"), multi_label=False)
 
 
 @pytest.fixture(scope="module")
 def multi(tmp_path_factory) -> Path:
+    skip_in_fast_tier("fairseq-train")
     return _prepare(tmp_path_factory.mktemp("multi"), multi_label=True)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-import wheelhouse  # scripts/ is on sys.path (conftest.py)
+import wheelhouse  # scripts/ (pyproject.toml's pytest pythonpath)
 from conftest import N_TEST, ROOT, TRAIN_COMMON, output_lines, run_script
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"

@@ -1,6 +1,6 @@
-"""Sparse-softmax and AS-Softmax for fairseq: ``--user-dir user_dir``.
+"""Sparse-softmax and AS-Softmax for fairseq: ``--user-dir user_dir``, a thin shell over ``sparse_softmax``.
 
-``user_dir.losses`` is plain PyTorch and needs no fairseq. Importing the package also registers the
+The math is in ``sparse_softmax`` (plain PyTorch, no fairseq). Importing this package registers the
 criterions, models and tasks with fairseq and applies the fixes in ``fairseq_compat`` when fairseq is
 installed (fairseq imports the user dir before it builds anything or loads a checkpoint).
 """

@@ -9,7 +9,7 @@ AS-Speed accumulates more micro-batches per update: after each update,
 counting N_all rows and N_masked fully masked rows over that update's micro-batches on *all*
 data-parallel workers (the counts are all-reduced, so every worker takes the same number of
 micro-batches and the updates stay in lock-step). ``round`` rounds halves up; an update whose rows
-were all masked asks for ``prev + 1``. The rule is ``next_accumulation`` below.
+were all masked asks for ``prev + 1``. The rule is ``sparse_softmax.schedules.next_accumulation``.
 
 How it hooks into fairseq's training loop (``fairseq_cli/train.py`` groups ``--update-freq``
 micro-batches per update with ``iterators.GroupedIterator``, a count fixed per epoch):
@@ -41,17 +41,11 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.logging import metrics
 from omegaconf import II
 
+from sparse_softmax.schedules import next_accumulation
+
 from .options import UsageError, at_least, positive
 
 logger = logging.getLogger(__name__)
-
-
-def next_accumulation(prev: int, n_rows: float, n_masked: float, lam: float, max_steps: int) -> int:
-    """The paper's rule: monotone, at most +1 per update, capped at ``max_steps``."""
-    if n_rows <= 0:  # nothing counted (e.g. an update of padding-only dummy batches): keep the steps
-        return prev
-    wanted = math.inf if n_masked >= n_rows else math.floor(lam * n_rows / (n_rows - n_masked) + 0.5)
-    return int(min(max_steps, prev + 1, max(prev, wanted)))
 
 
 @dataclass

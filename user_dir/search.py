@@ -1,11 +1,11 @@
 """Masked beam search: fairseq's beam step over the top-k / source-vocabulary masked distribution.
 
 ``MaskedBeamSearch`` is a ``fairseq.search.BeamSearch`` whose ``step`` renormalises the scores
-over a support set (``user_dir.masked_decoding``) and draws the beam's candidates from it.
+over a support set (``sparse_softmax.decoding``) and draws the beam's candidates from it.
 ``install`` puts it into a ``SequenceGenerator`` and lets it see the model's own log-probabilities
 at every step: the generator edits the scores (length limits, prefix, n-gram blocking, unknown
 penalty) before calling ``step``, and the support has to be chosen on the model's distribution,
-not on the edited one, for those options to compose with the mask (see ``masked_decoding``).
+not on the edited one, for those options to compose with the mask (see ``sparse_softmax.decoding``).
 """
 import math
 from typing import Optional
@@ -14,7 +14,7 @@ import torch
 from fairseq.search import BeamSearch
 from torch import Tensor
 
-from .masked_decoding import Support, TokenSets, kept_scores, restrict, support
+from sparse_softmax.decoding import Support, TokenSets, kept_scores, restrict, support
 
 
 class MaskedBeamSearch(BeamSearch):

@@ -3,11 +3,5 @@ sentencepiece + fairseq-preprocess path every data set goes through (``binarize`
 folder, built aside and moved into place only when everything succeeded (``output``).
 
 Reading user files (UTF-8 with error locations, byte-order marks, the one-line error exit) follows the
-same rules as the scoring scripts: ``scripts/userinput.py``, which is put on the import path here.
+same rules as the scoring scripts: ``sparse_softmax.userinput``.
 """
-import sys
-from pathlib import Path
-
-_SCRIPTS = str(Path(__file__).resolve().parents[2] / "scripts")
-if _SCRIPTS not in sys.path:
-    sys.path.append(_SCRIPTS)

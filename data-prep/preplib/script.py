@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from userinput import exit_on_error
+from sparse_softmax.userinput import exit_on_error
 
 from . import binarize
 from .textio import SKIP_INVALID_HELP, PrepError, SplitCounts

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
-from scoring.ptb import sentences, tokenize  # PTB tokens with offsets, as Du et al.'s files (scripts/ is on the path)
+from sparse_softmax.scoring.ptb import sentences, tokenize  # PTB tokens with offsets, as Du et al.'s files
 from .textio import InvalidExample, PrepError, SplitCounts, read_document
 
 ORDERS = ("passage-answer", "answer-passage")

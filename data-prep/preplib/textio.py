@@ -13,7 +13,7 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Iterator
 
-from userinput import BOM_REMOVED, UserInputError, decode, without_bom
+from sparse_softmax.userinput import BOM_REMOVED, UserInputError, decode, without_bom
 
 #: The help of --skip-invalid, the same in every prep script.
 SKIP_INVALID_HELP = ("skip (and count, per reason) the examples that cannot be used instead of stopping at the "

@@ -1,2 +1,2 @@
-"""fairseq criterions: thin shells over ``user_dir.losses``."""
+"""fairseq criterions: thin shells over ``sparse_softmax.losses``."""
 from . import as_softmax, baselines, sparse_softmax  # noqa: F401

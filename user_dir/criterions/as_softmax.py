@@ -1,15 +1,18 @@
-"""``--criterion as_softmax`` / ``as_multilabel``: AS-Softmax training (Lv et al.) with the paper's δ warm-up,
-for one label per row and for multi-label data (Su's loss restricted to the classes AS keeps)."""
+"""``--criterion as_softmax`` / ``as_multilabel``: AS-Softmax training (Lv et al.) with the paper's δ warm-up or
+the published code's δ annealing, for one label per row and for multi-label data (Su's loss restricted to the
+classes AS keeps)."""
 
 from dataclasses import dataclass, field
 
 from fairseq.criterions import register_criterion
 from omegaconf import II
 
+from sparse_softmax.losses import as_multilabel_loss, as_softmax
+from sparse_softmax.schedules import as_delta
+
 from ..fairseq_compat import num_updates
-from ..losses import as_multilabel_loss, as_softmax
-from ..options import in_range
-from .base import FusedOutputConfig, LossCriterion, LossOutput, check_warmup, in_warmup
+from ..options import UsageError, in_range
+from .base import FusedOutputConfig, LossCriterion, LossOutput, check_warmup
 
 
 @dataclass
@@ -25,12 +28,17 @@ class ASSoftmaxConfig(FusedOutputConfig):
                   "the update count comes from fairseq, so resuming from a checkpoint continues the schedule",
                   "check": in_range(0, 1, high_open=True)},
     )
+    as_anneal_ratio: float = field(
+        default=0.0,
+        metadata={"help": "instead of a warm-up, lower delta linearly from --as-anneal-from to --as-delta over this "
+                  "fraction of --max-update (the published AS code's annealing: 1.0 to a minimum of 0.1), then keep "
+                  "--as-delta", "check": in_range(0, 1)},
+    )
+    as_anneal_from: float = field(
+        default=1.0,
+        metadata={"help": "the delta --as-anneal-ratio starts from (at least --as-delta)", "check": in_range(0, 1)},
+    )
     max_update: int = II("optimization.max_update")
-
-
-def warmup_delta(delta: float, warmup_ratio: float, max_update: int, update: int) -> float:
-    """δ = 1 while ``update < warmup_ratio · max_update``, then the configured δ."""
-    return 1.0 if in_warmup(warmup_ratio, max_update, update) else delta
 
 
 @register_criterion("as_softmax", dataclass=ASSoftmaxConfig)
@@ -44,6 +52,15 @@ class ASSoftmaxCriterion(LossCriterion):
     def __init__(self, cfg: ASSoftmaxConfig, task):
         super().__init__(cfg, task)
         check_warmup("--as-warmup-ratio", cfg.as_warmup_ratio, cfg.max_update)
+        check_warmup("--as-anneal-ratio", cfg.as_anneal_ratio, cfg.max_update)
+        if cfg.as_warmup_ratio and cfg.as_anneal_ratio:
+            raise UsageError("--as-warmup-ratio and --as-anneal-ratio: choose one (both start from a softmax-like "
+                             "delta)")
+        if not cfg.as_anneal_ratio and cfg.as_anneal_from != 1.0:
+            raise UsageError("--as-anneal-from is where --as-anneal-ratio starts: set --as-anneal-ratio")
+        if cfg.as_anneal_ratio and cfg.as_anneal_from < cfg.as_delta:
+            raise UsageError(f"--as-anneal-from {cfg.as_anneal_from:g} is below --as-delta {cfg.as_delta:g}: the "
+                             "annealing lowers delta to --as-delta")
 
     def same_as(self, num_classes):
         if self.cfg.as_delta == 1:
@@ -52,7 +69,8 @@ class ASSoftmaxCriterion(LossCriterion):
 
     def current_delta(self, model) -> float:
         cfg = self.cfg
-        return warmup_delta(cfg.as_delta, cfg.as_warmup_ratio, cfg.max_update or 0, num_updates(model))
+        return as_delta(cfg.as_delta, num_updates(model), cfg.max_update or 0, cfg.as_warmup_ratio,
+                        cfg.as_anneal_ratio, cfg.as_anneal_from)
 
     def row_loss(self, batch, model, reduction):
         delta = self.current_delta(model)

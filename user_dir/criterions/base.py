@@ -4,7 +4,7 @@ A criterion scores *rows*: one row per target token for a seq2seq task, one per 
 labelled token) for ``--task text_classification``. Where the rows come from is the task's business:
 a task that defines ``loss_batch(model, sample) -> LossBatch`` supplies them (logits, targets, what to
 ignore, extra counts to log); otherwise they are the decoder logits and targets of a seq2seq sample.
-Subclasses implement ``row_loss(batch, model, reduction)`` with a function from ``user_dir.losses``; this
+Subclasses implement ``row_loss(batch, model, reduction)`` with a function from ``sparse_softmax.losses``; this
 class reports a plain softmax ``nll_loss`` of the same logits (so runs compare with ``cross_entropy``
 and ``label_smoothed_cross_entropy``), and aggregates the logs.
 
@@ -15,7 +15,7 @@ warning line at start (``same_as``).
 
 With ``--fused-output-layer`` (softmax, sparse_softmax, as_softmax) a seq2seq batch carries the
 decoder's features and its output projection instead of logits, and the criterion scores them with
-``user_dir.losses.fused_output_loss``: the same loss and logs, without the N×V logits and with a
+``sparse_softmax.fused_output_loss``: the same loss and logs, without the N×V logits and with a
 sparse backward where the loss's gradient is sparse.
 """
 
@@ -32,7 +32,8 @@ from fairseq.models.transformer import TransformerDecoderBase
 from omegaconf import II
 from torch import Tensor, nn
 
-from ..losses import LossResult, fused_output_loss, softmax_loss
+from sparse_softmax.losses import LossResult, fused_output_loss, softmax_loss
+
 from ..options import CheckedArgs, UsageError, at_least, validate
 
 logger = logging.getLogger(__name__)
@@ -197,13 +198,6 @@ class LossCriterion(CheckedArgs, FairseqCriterion):
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
         return True
-
-
-def in_warmup(ratio: float, max_update: int, update: int) -> bool:
-    """Whether update ``update`` (0-based) falls in the first ``ratio`` of ``max_update``: the warm-up of the
-    sparse losses, which train plain softmax over every class there. The update count is fairseq's, restored
-    with a checkpoint, so a resumed run continues the schedule where it stopped."""
-    return update < ratio * max_update
 
 
 def check_warmup(option: str, ratio: float, max_update: int | None) -> None:

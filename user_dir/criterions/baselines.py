@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from fairseq.criterions import register_criterion
 from fairseq.dataclass import ChoiceEnum
 
-from ..losses import (
+from sparse_softmax.losses import (
     am_softmax_loss,
     entmax15_loss,
     multilabel_categorical_crossentropy,
@@ -20,8 +20,9 @@ from ..losses import (
     taylor_softmax_loss,
     temperature_softmax_loss,
 )
-from ..losses._common import compute_dtype
-from ..losses.taylor import GRADIENTS
+from sparse_softmax.losses._common import compute_dtype
+from sparse_softmax.losses.taylor import GRADIENTS
+
 from ..options import UsageError, at_least, even_at_least_2, in_range, positive
 from .base import FusedOutputConfig, LossConfig, LossCriterion, LossOutput
 

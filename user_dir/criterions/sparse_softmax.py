@@ -5,10 +5,12 @@ from dataclasses import dataclass, field
 from fairseq.criterions import register_criterion
 from omegaconf import II
 
+from sparse_softmax.losses import softmax_loss, sparse_softmax_loss
+from sparse_softmax.schedules import in_warmup
+
 from ..fairseq_compat import num_updates
-from ..losses import softmax_loss, sparse_softmax_loss
 from ..options import at_least, in_range
-from .base import FusedOutputConfig, LossCriterion, LossOutput, check_warmup, in_warmup
+from .base import FusedOutputConfig, LossCriterion, LossOutput, check_warmup
 
 
 @dataclass

@@ -14,7 +14,8 @@ from fairseq.data import data_utils
 from fairseq.logging import metrics
 from torch import Tensor
 
-from .. import metrics as scores
+from sparse_softmax import metrics as scores
+
 from ..options import UsageError
 
 #: Target value of positions that are not scored (<s>, </s>, padding, --ignore-label pieces).

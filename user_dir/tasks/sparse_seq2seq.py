@@ -14,8 +14,9 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from sparse_softmax.decoding import source_vocab
+
 from ..as_speed import ASSpeedConfig, ASSpeedTask
-from ..masked_decoding import source_vocab
 from ..options import CheckedArgs, UsageError, at_least, negative, validate
 from ..search import MaskedBeamSearch, install
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from userinput import BOM_REMOVED, UserInputError, decode, without_bom
+from ..userinput import BOM_REMOVED, UserInputError, decode, without_bom
 
 #: Subword markers that ``--remove-bpe`` undoes, with fairseq's ``--post-process`` semantics.
 REMOVE_BPE = ("none", "sentencepiece", "subword_nmt", "wordpiece")

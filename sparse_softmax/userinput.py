@@ -6,7 +6,7 @@ and reported, never left glued to the first token, where it silently changes the
 scores (BLEU-4 of a file against an identical copy drops to 98.21); and a problem with the input
 stops the script with one line, ``<script>: error: <file>:<line>: <what>``, and exit status 2, as
 argparse does for a bad option. The prep library (``data-prep/preplib``) and the scoring library
-(``scripts/scoring``) raise ``UserInputError`` subclasses and their scripts run under ``exit_on_error``.
+(``sparse_softmax.scoring``) raise ``UserInputError`` subclasses and their scripts run under ``exit_on_error``.
 """
 from __future__ import annotations
 

@@ -1,0 +1,72 @@
+"""The core package stands alone: ``import sparse_softmax`` (every module of it) works where fairseq cannot be
+imported, and where fairseq is installed it imports nothing of fairseq's, so it patches nothing."""
+from __future__ import annotations
+
+import math
+import pkgutil
+import subprocess
+import sys
+
+import sparse_softmax
+
+#: Modules that need an optional package: the Triton kernel (Triton), the Hugging Face adapters (transformers).
+OPTIONAL = {"sparse_softmax.losses.as_softmax_triton": "triton"}
+
+
+def _core_modules() -> list[str]:
+    names = [info.name for info in pkgutil.walk_packages(sparse_softmax.__path__, "sparse_softmax.")]
+    return [name for name in names if name not in OPTIONAL]
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+BLOCK_FAIRSEQ = """
+import importlib.abc, sys
+class NoFairseq(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "fairseq":
+            raise ModuleNotFoundError("No module named 'fairseq' (blocked by the test)")
+sys.meta_path.insert(0, NoFairseq())
+"""
+
+
+def test_the_core_imports_and_computes_without_fairseq():
+    modules = _core_modules()
+    assert "sparse_softmax.losses.output_layer" in modules and "sparse_softmax.schedules" in modules
+    code = BLOCK_FAIRSEQ + f"""
+import importlib, torch
+for name in {modules!r}:
+    importlib.import_module(name)
+from sparse_softmax import sparse_softmax_loss
+loss = sparse_softmax_loss(torch.tensor([[3.0, 1.0, 0.0]]), torch.tensor([0]), k=2)
+print(round(loss.item(), 6))
+"""
+    proc = _python(code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert float(proc.stdout) == round(math.log1p(math.exp(-2.0)), 6)  # −log(e³ / (e³ + e¹)): the top 2 only
+
+
+def test_importing_the_core_imports_nothing_of_fairseq():
+    code = f"""
+import importlib, sys
+for name in {_core_modules()!r}:
+    importlib.import_module(name)
+print(sorted({{m.split(".")[0] for m in sys.modules}} & {{"fairseq", "user_dir", "transformers"}}))
+"""
+    proc = _python(code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[]"
+
+
+def test_every_exported_name_resolves_to_its_module():
+    for name in sparse_softmax.__all__:
+        value = getattr(sparse_softmax, name)
+        assert value.__module__.startswith("sparse_softmax."), (name, value.__module__)
+
+
+def test_the_scorers_and_the_prep_helpers_start_without_torch():
+    proc = _python("import sys, sparse_softmax.scoring.report, sparse_softmax.scoring.ptb, sparse_softmax.userinput; "
+                   "print('torch' in sys.modules)")
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr[-3000:]
