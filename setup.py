@@ -16,7 +16,7 @@ FAIRSEQ = [
     "transformers>=5",  # --arch hf_encoder / hf_unilm
 ]
 EXTRAS = {
-    "hf": ["transformers>=5"],
+    "hf": ["transformers>=5", "accelerate>=1.1"],
     "fairseq": FAIRSEQ,
     "prep": [*FAIRSEQ, "sentencepiece", "tqdm"],
     "scoring": ["rouge-score", "nltk", "sacrebleu>=2", "tqdm"],

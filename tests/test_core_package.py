@@ -1,5 +1,6 @@
 """The core package stands alone: ``import sparse_softmax`` (every module of it) works where fairseq cannot be
-imported, and where fairseq is installed it imports nothing of fairseq's, so it patches nothing."""
+imported, and where fairseq is installed it imports nothing of fairseq's, so it patches nothing; the Hugging Face
+adapters need transformers, never fairseq."""
 from __future__ import annotations
 
 import math
@@ -9,13 +10,15 @@ import sys
 
 import sparse_softmax
 
-#: Modules that need an optional package: the Triton kernel (Triton), the Hugging Face adapters (transformers).
-OPTIONAL = {"sparse_softmax.losses.as_softmax_triton": "triton"}
+
+def _modules() -> list[str]:
+    return [info.name for info in pkgutil.walk_packages(sparse_softmax.__path__, "sparse_softmax.")]
 
 
 def _core_modules() -> list[str]:
-    names = [info.name for info in pkgutil.walk_packages(sparse_softmax.__path__, "sparse_softmax.")]
-    return [name for name in names if name not in OPTIONAL]
+    """All but those that need an optional package: the Triton kernel, the Hugging Face adapters."""
+    return [name for name in _modules()
+            if name != "sparse_softmax.losses.as_softmax_triton" and not name.startswith("sparse_softmax.hf")]
 
 
 def _python(code: str) -> subprocess.CompletedProcess:
@@ -46,6 +49,18 @@ print(round(loss.item(), 6))
     proc = _python(code)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert float(proc.stdout) == round(math.log1p(math.exp(-2.0)), 6)  # −log(e³ / (e³ + e¹)): the top 2 only
+
+
+def test_the_hugging_face_adapters_import_without_fairseq():
+    adapters = [name for name in _modules() if name.startswith("sparse_softmax.hf")]
+    assert "sparse_softmax.hf.loss" in adapters
+    code = BLOCK_FAIRSEQ + f"""
+import importlib
+for name in {adapters!r}:
+    importlib.import_module(name)
+"""
+    proc = _python(code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def test_importing_the_core_imports_nothing_of_fairseq():

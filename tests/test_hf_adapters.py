@@ -1,0 +1,337 @@
+"""The Hugging Face adapters (``sparse_softmax.hf``): the Trainer loss against Hugging Face's own loss and the core
+functions; ``Trainer`` end to end for a few steps with each loss family on tiny random models built from configs
+(causal LM, seq2seq, sequence and token classification, multi-label), the schedules and AS-Speed through the
+callbacks; the ``generate()`` processors against the fairseq search on the same scores."""
+from __future__ import annotations
+
+import math
+import zlib
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+from torch import nn  # noqa: E402
+from transformers import (GenerationMixin, PretrainedConfig, PreTrainedModel, Trainer, TrainerCallback,  # noqa: E402
+                          TrainingArguments)
+from transformers.loss.loss_utils import ForCausalLMLoss  # noqa: E402
+from transformers.modeling_outputs import CausalLMOutput  # noqa: E402
+
+from sparse_softmax import losses  # noqa: E402
+from sparse_softmax.schedules import next_accumulation  # noqa: E402
+from sparse_softmax.hf import (ASSpeedCallback, LossScheduleCallback, SourceVocabularyMask, TopKRenormalise,  # noqa: E402
+                               TrainerLoss)
+
+VOCAB = 24
+
+
+# ---------------------------------------------------------------- the loss on given outputs
+
+
+def _outputs(*shape, seed=0):
+    return {"logits": torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)}
+
+
+def _labels(batch, length, vocab, seed=1):
+    labels = torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
+    labels[0, -2:] = -100  # padding, as the collators write it
+    labels[1, :1] = -100
+    return labels
+
+
+def test_softmax_equals_hugging_faces_causal_lm_loss():
+    outputs, labels = _outputs(3, 7, VOCAB), _labels(3, 7, VOCAB)
+    items = (labels[:, 1:] != -100).sum()  # what the Trainer counts for a causal LM
+    ours = TrainerLoss("softmax", causal_lm=True)(outputs, labels, items)
+    assert ours == pytest.approx(ForCausalLMLoss(outputs["logits"], labels, VOCAB, num_items_in_batch=items).item())
+
+
+@pytest.mark.parametrize("name, options", [("sparse_softmax", {"k": 5}), ("as_softmax", {"delta": 0.1}),
+                                           ("taylor_softmax", {"order": 4}), ("entmax15", {})])
+def test_a_loss_is_the_sum_over_labelled_rows_divided_by_the_batchs_items(name, options):
+    outputs, labels = _outputs(3, 7, VOCAB), _labels(3, 7, VOCAB)
+    logits, target = outputs["logits"].reshape(-1, VOCAB), labels.reshape(-1)
+    core = {"sparse_softmax": losses.sparse_softmax_loss, "as_softmax": losses.as_softmax_loss,
+            "taylor_softmax": losses.taylor_softmax_loss, "entmax15": losses.entmax15_loss}[name]
+    expected = core(logits, target, **options, ignore_index=-100, reduction="sum") / 40
+    assert TrainerLoss(name, **options)(outputs, labels, torch.tensor(40)) == pytest.approx(expected.item())
+    # without a count (evaluation): the mean over the labelled rows
+    mean = core(logits, target, **options, ignore_index=-100, reduction="mean")
+    assert TrainerLoss(name, **options)(outputs, labels) == pytest.approx(mean.item())
+
+
+def test_multi_label_items_are_rows():
+    logits = torch.randn(4, 6, dtype=torch.float64)
+    labels = (torch.rand(4, 6) < 0.4).float()
+    labels[:, 0] = 1.0
+    loss = TrainerLoss("multilabel_softmax")({"logits": logits}, labels, torch.tensor(4 * 6 * 2))  # 8 rows counted
+    expected = losses.multilabel_categorical_crossentropy(logits, labels, "sum") / 8
+    assert loss == pytest.approx(expected.item())
+
+
+@pytest.mark.parametrize("name, options, message", [
+    ("nope", {}, "unknown loss 'nope'"),
+    ("sparse_softmax", {"delta": 0.3}, "sparse_softmax takes ['k', 'label_smoothing'], not ['delta']"),
+    ("softmax", {"warmup_ratio": 0.1}, "softmax has no warm-up"),
+    ("sparse_softmax", {"anneal_ratio": 0.5}, "sparse_softmax has no δ to anneal"),
+    ("as_softmax", {"anneal_from": 0.5}, "anneal_from is where anneal_ratio starts"),
+    ("as_softmax", {"anneal_ratio": 0.5, "anneal_from": 0.2}, "anneal_from 0.2 is below delta 0.3"),
+    ("as_softmax", {"anneal_ratio": 0.5, "warmup_ratio": 0.1}, "a warm-up and an annealing"),
+])
+def test_bad_loss_options(name, options, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        TrainerLoss(name, **options)
+
+
+def test_a_schedule_without_its_callback_is_refused():
+    loss = TrainerLoss("sparse_softmax", warmup_ratio=0.5)
+    with pytest.raises(RuntimeError, match="LossScheduleCallback"):
+        loss(_outputs(2, 3, VOCAB), _labels(2, 3, VOCAB))
+
+
+# ---------------------------------------------------------------- Trainer end to end
+
+
+class _Batches(torch.utils.data.Dataset):
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+
+class _Record(TrainerCallback):
+    """Micro-batches per update and the accumulation setting each update started with."""
+
+    def __init__(self):
+        self.updates, self.micro, self.started_with = [], 0, None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.started_with = args.gradient_accumulation_steps
+
+    def on_substep_end(self, args, state, control, **kwargs):
+        self.micro += 1
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.updates.append((self.micro + 1, self.started_with))
+        self.micro = 0
+
+
+def _train(model, rows, loss, *callbacks, steps=12, batch=4, lr=3e-3, accumulation=1, epochs=None, tmp_path=None,
+           trainer=Trainer):
+    arguments = transformers.Seq2SeqTrainingArguments if trainer is transformers.Seq2SeqTrainer else TrainingArguments
+    args = arguments(output_dir=str(tmp_path), per_device_train_batch_size=batch, learning_rate=lr,
+                     max_steps=-1 if epochs else steps, num_train_epochs=epochs or 1, logging_steps=1,
+                     gradient_accumulation_steps=accumulation, report_to="none", use_cpu=True, save_strategy="no",
+                     disable_tqdm=True, seed=0, lr_scheduler_type="constant")
+    record = _Record()
+    runner = trainer(model=model, args=args, train_dataset=_Batches(rows), compute_loss_func=loss,
+                     callbacks=[*callbacks, record])
+    runner.train()
+    logs = [r for r in runner.state.log_history if "loss" in r]
+    return logs, record.updates
+
+
+def _falls(logs):
+    losses_ = [r["loss"] for r in logs]
+    return sum(losses_[-3:]) / 3 < sum(losses_[:3]) / 3
+
+
+def _token_rows(n, length, vocab, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, vocab, (length,), generator=g) for _ in range(n)]
+
+
+def test_causal_lm_trains_with_sparse_softmax_and_its_warmup(tmp_path):
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=32,
+                                                                 n_layer=2, n_head=2))
+    rows = [{"input_ids": ids, "labels": ids} for ids in _token_rows(8, 10, VOCAB)]
+    loss = TrainerLoss("sparse_softmax", k=4, causal_lm=True, warmup_ratio=0.5)
+    seen = []
+
+    class Phase(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            seen.append(loss.update < 0.5 * loss.max_update)
+
+    logs, _ = _train(model, rows, loss, LossScheduleCallback(loss), Phase(), tmp_path=tmp_path)
+    assert seen == [True] * 6 + [False] * 6 and _falls(logs[:6])
+
+
+def test_seq2seq_trains_with_as_softmax_annealing_and_logs_delta(tmp_path):
+    config = transformers.BartConfig(vocab_size=VOCAB, d_model=32, encoder_layers=1, decoder_layers=1,
+                                     encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                     decoder_ffn_dim=32, max_position_embeddings=32, pad_token_id=1, bos_token_id=0,
+                                     eos_token_id=2, decoder_start_token_id=2)
+    model = transformers.BartForConditionalGeneration(config)
+    rows = [{"input_ids": src, "labels": src.flip(0)} for src in _token_rows(8, 6, VOCAB, seed=3)]
+    loss = TrainerLoss("as_softmax", delta=0.2, anneal_ratio=0.5)
+    logs, _ = _train(model, rows, loss, LossScheduleCallback(loss), steps=10, tmp_path=tmp_path,
+                     trainer=transformers.Seq2SeqTrainer)
+    deltas = [r["as_delta"] for r in logs]  # the δ of each update: 1 − 0.8 · u / 5 for u < 5, then 0.2
+    assert deltas == pytest.approx([1.0, 0.84, 0.68, 0.52, 0.36] + [0.2] * 5, abs=1e-4)
+    assert all(0.0 <= r["masked_ratio"] <= 1.0 for r in logs) and _falls(logs)
+
+
+def _bert(**config):
+    return transformers.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                   intermediate_size=32, max_position_embeddings=32, **config)
+
+
+def _classes(ids, n):
+    return int(ids[:3].sum()) % n  # a label the first tokens decide
+
+
+@pytest.mark.parametrize("name, options", [("am_softmax", {"margin": 0.1, "scale": 5.0}),
+                                           ("soft_margin_softmax", {"margin": 0.2}), ("sparsemax", {})])
+def test_sequence_classification_trains(name, options, tmp_path):
+    model = transformers.BertForSequenceClassification(_bert(num_labels=5))
+    rows = [{"input_ids": ids, "labels": torch.tensor(_classes(ids, 5))} for ids in _token_rows(16, 8, VOCAB)]
+    logs, _ = _train(model, rows, TrainerLoss(name, **options), steps=15, tmp_path=tmp_path)
+    assert _falls(logs)
+
+
+def test_token_classification_trains_with_taylor_softmax(tmp_path):
+    model = transformers.BertForTokenClassification(_bert(num_labels=4))
+    rows = []
+    for ids in _token_rows(16, 8, VOCAB):
+        labels = ids % 4
+        labels[0] = -100  # e.g. a CLS position
+        rows.append({"input_ids": ids, "labels": labels})
+    logs, _ = _train(model, rows, TrainerLoss("taylor_softmax", order=2), steps=15, tmp_path=tmp_path)
+    assert _falls(logs)
+
+
+def test_multi_label_trains_with_as_multilabel(tmp_path):
+    model = transformers.BertForSequenceClassification(_bert(num_labels=6, problem_type="multi_label_classification"))
+    rows = []
+    for ids in _token_rows(16, 8, VOCAB):
+        labels = torch.zeros(6)
+        labels[[int(ids[0]) % 6, int(ids[1]) % 6]] = 1.0
+        rows.append({"input_ids": ids, "labels": labels})
+    loss = TrainerLoss("as_multilabel", delta=0.5)
+    logs, _ = _train(model, rows, loss, LossScheduleCallback(loss), steps=15, tmp_path=tmp_path)
+    assert _falls(logs) and all(r["as_delta"] == 0.5 for r in logs)
+
+
+def test_as_speed_accumulates_whole_updates_by_the_rule(tmp_path):
+    """The classifier learns the data (the label is the first token's) within two epochs, so AS masks more and more
+    rows and the accumulation rises. Each update's count is checked against the rule run on the logged masked
+    shares, applied where the epoch's micro-batches reach a multiple of it."""
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(_bert(num_labels=3))
+    rows = [{"input_ids": ids, "labels": torch.tensor(int(ids[0]) % 3)} for ids in _token_rows(48, 6, VOCAB)]
+    loss = TrainerLoss("as_softmax", delta=0.3)
+    logs, updates = _train(model, rows, loss, LossScheduleCallback(loss), ASSpeedCallback(loss, lam=1.0, max_steps=4),
+                           epochs=4, batch=4, lr=1e-2, tmp_path=tmp_path)
+    taken = [r["accum_steps"] for r in logs]
+    assert taken == [micro for micro, _ in updates] and max(taken) == 4, taken
+    wanted = applied = 1
+    micro_in_epoch = 0
+    for record, (micro, started) in zip(logs, updates):
+        assert micro == min(applied, 12 - micro_in_epoch), (logs, updates)  # whole updates; the epoch's data is 12
+        micro_in_epoch = (micro_in_epoch + micro) % 12
+        n_rows = 4 * micro
+        wanted = next_accumulation(wanted, n_rows, round(record["masked_ratio"] * n_rows), 1.0, 4)
+        if micro_in_epoch % wanted == 0:
+            applied = wanted
+    assert len(updates) < 4 * 12, "AS-Speed took fewer updates than the 12 per epoch of one micro-batch each"
+
+
+def test_as_speed_needs_an_as_loss():
+    with pytest.raises(ValueError, match="the loss must be one of"):
+        ASSpeedCallback(TrainerLoss("softmax"))
+
+
+# ---------------------------------------------------------------- generate() against the fairseq search
+
+
+class _ScriptedConfig(PretrainedConfig):
+    model_type = "sparse_softmax_scripted"
+
+
+class _ScriptedLM(PreTrainedModel, GenerationMixin):
+    """A decoder-only model whose next-token distribution after (source, generated prefix) is ``script``'s; the
+    source is the (left-padded) prompt of ``prompt_len`` tokens."""
+
+    config_class = _ScriptedConfig
+
+    def __init__(self, config, script, prompt_len):
+        super().__init__(config)
+        self.script, self.prompt_len = script, prompt_len
+        self.anchor = nn.Parameter(torch.zeros(()))  # a parameter, for generate()'s device and dtype
+
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        logits = torch.full((*input_ids.shape, self.config.vocab_size), -math.inf)
+        for row, tokens in enumerate(input_ids.tolist()):
+            source = tuple(t for t in tokens[: self.prompt_len] if t != self.config.pad_token_id)
+            for token, p in self.script(source, tuple(tokens[self.prompt_len:])).items():
+                logits[row, -1, token] = math.log(p)
+        return CausalLMOutput(logits=logits)
+
+
+def _script_ids(source: tuple[int, ...], prefix: tuple[int, ...], vocab: int = 10) -> dict[int, float]:
+    """A fixed random distribution per (source, prefix) over ids 2..9 (EOS = 2): no EOS first, EOS certain after
+    four tokens, so no hypothesis reaches a length limit (where the two searches end differently)."""
+    if len(prefix) >= 4:
+        return {2: 1.0}
+    logits = torch.randn(vocab, generator=torch.Generator().manual_seed(zlib.crc32(repr((source, prefix)).encode())),
+                         dtype=torch.float64)
+    logits[[0, 1]] = -math.inf  # BOS and padding
+    logits[2] += len(prefix) - 1 if prefix else -math.inf
+    return {i: p for i, p in enumerate(logits.softmax(-1).tolist()) if p > 0}
+
+
+@pytest.mark.parametrize("beam", [1, 2, 3])
+@pytest.mark.parametrize("options", [{"decoding_topk": 1}, {"decoding_topk": 2}, {"decoding_topk": 4},
+                                     {"source_vocab_mask": True}, {"decoding_topk": 2, "source_vocab_mask": True}])
+def test_processors_give_the_fairseq_searchs_beams(beam, options):
+    pytest.importorskip("fairseq")
+    import scripted_model
+    from test_masked_decoding import _decode
+
+    d = scripted_model.dictionary()  # <s>=0 <pad>=1 </s>=2 <unk>=3 a..f=4..9: the ids the HF model uses
+
+    def fairseq_script(source, prefix):
+        probs = _script_ids(tuple(d.index(s) for s in source), tuple(d.index(s) for s in prefix))
+        return {d[i]: p for i, p in probs.items()}
+
+    sources = ["a b c", "d e", "f", "a c e f"]
+    expected = _decode(fairseq_script, sources, options, beam=beam, nbest=beam, max_len_b=10)
+
+    prompts = [[d.index(s) for s in source.split()] for source in sources]
+    width = max(map(len, prompts))
+    input_ids = torch.tensor([[1] * (width - len(p)) + p for p in prompts])
+    processors = []
+    if options.get("source_vocab_mask"):
+        processors.append(SourceVocabularyMask(input_ids, pad_token_id=1, always_allowed=[2]))
+    if options.get("decoding_topk"):
+        processors.append(TopKRenormalise(options["decoding_topk"]))
+    model = _ScriptedLM(_ScriptedConfig(vocab_size=len(d), bos_token_id=0, pad_token_id=1, eos_token_id=2),
+                        _script_ids, prompt_len=width)
+    out = model.generate(input_ids, attention_mask=(input_ids != 1).long(), num_beams=beam,
+                         num_return_sequences=beam, do_sample=False, length_penalty=0.0, early_stopping=True,
+                         max_new_tokens=10, use_cache=False, logits_processor=processors,
+                         return_dict_in_generate=True, output_scores=True)
+    for i, hypotheses in enumerate(expected):
+        for j, (symbols, _, score) in enumerate(hypotheses):
+            row = out.sequences[i * beam + j, width:].tolist()
+            generated = row[: row.index(2) + 1]
+            assert tuple(d[t] for t in generated) == symbols, (i, j)
+            if beam > 1:  # greedy search keeps no sequence scores
+                assert out.sequences_scores[i * beam + j].item() == pytest.approx(score, abs=1e-5)
+
+
+def test_topk_of_the_whole_vocabulary_changes_nothing():
+    scores = torch.randn(6, VOCAB).log_softmax(-1)
+    assert torch.equal(TopKRenormalise(VOCAB)(None, scores), scores)
+    kept = TopKRenormalise(3)(None, scores)
+    assert torch.allclose(kept.logsumexp(-1), torch.zeros(6), atol=1e-6) and ((kept > -math.inf).sum(-1) == 3).all()
+
+
+def test_source_mask_refuses_a_batch_it_was_not_given():
+    mask = SourceVocabularyMask(torch.tensor([[4, 5], [6, 7]]), pad_token_id=1)
+    with pytest.raises(ValueError, match="3 rows of scores for 2 sources"):
+        mask(None, torch.zeros(3, 10))
