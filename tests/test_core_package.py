@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import math
 import pkgutil
+import shutil
 import subprocess
 import sys
 
+import pytest
+
 import sparse_softmax
+from conftest import ROOT
+
+#: The core's tests, run again in a fresh virtualenv where the wheel is installed without fairseq.
+CORE_TESTS = ["conftest.py", "test_core_package.py", "test_losses.py", "test_fused_output_layer.py",
+              "test_schedules.py", "test_metrics.py", "test_scoring.py"]
 
 
 def _modules() -> list[str]:
@@ -52,6 +60,7 @@ print(round(loss.item(), 6))
 
 
 def test_the_hugging_face_adapters_import_without_fairseq():
+    pytest.importorskip("transformers")
     adapters = [name for name in _modules() if name.startswith("sparse_softmax.hf")]
     assert "sparse_softmax.hf.loss" in adapters
     code = BLOCK_FAIRSEQ + f"""
@@ -85,3 +94,35 @@ def test_the_scorers_and_the_prep_helpers_start_without_torch():
     proc = _python("import sys, sparse_softmax.scoring.report, sparse_softmax.scoring.ptb, sparse_softmax.userinput; "
                    "print('torch' in sys.modules)")
     assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr[-3000:]
+
+
+def _run(*command, cwd=None) -> str:
+    proc = subprocess.run([str(c) for c in command], capture_output=True, text=True, cwd=cwd)
+    assert proc.returncode == 0, f"{command} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_without_fairseq_and_the_core_tests_pass_there(tmp_path):
+    """The wheel built from the repository, in a fresh virtualenv with torch and no fairseq: the core's tests (a
+    copy, away from the repository, so the installed package is what they import) pass."""
+    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path / "dist",
+         ROOT)
+    [wheel] = (tmp_path / "dist").glob("sparse_softmax-*.whl")
+    venv = tmp_path / "venv"
+    _run(sys.executable, "-m", "venv", venv)
+    python = venv / "bin" / "python"
+    torch_pin = next(line for line in (ROOT / "requirements/base.txt").read_text().splitlines()
+                     if line.startswith("torch=="))
+    _run(python, "-m", "pip", "install", "-q", torch_pin)
+    _run(python, "-m", "pip", "install", "-q", f"{wheel}[test,scoring]")
+    installed = _run(python, "-m", "pip", "list", "--format", "freeze").lower()
+    assert "fairseq" not in installed and "transformers" not in installed, installed
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    for name in CORE_TESTS:
+        shutil.copy(ROOT / "tests" / name, tests / name)
+    where = _run(python, "-c", "import sparse_softmax; print(sparse_softmax.__file__)", cwd=tmp_path)
+    assert where.startswith(str(venv)), where
+    report = _run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", tests, cwd=tmp_path)
+    assert " passed" in report and "failed" not in report, report[-3000:]

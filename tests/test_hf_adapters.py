@@ -166,7 +166,11 @@ def test_seq2seq_trains_with_as_softmax_annealing_and_logs_delta(tmp_path):
                                      decoder_ffn_dim=32, max_position_embeddings=32, pad_token_id=1, bos_token_id=0,
                                      eos_token_id=2, decoder_start_token_id=2)
     model = transformers.BartForConditionalGeneration(config)
-    rows = [{"input_ids": src, "labels": src.flip(0)} for src in _token_rows(8, 6, VOCAB, seed=3)]
+    # The Trainer gives the model no labels when it has a compute_loss_func: the batch carries the decoder's input
+    # (as DataCollatorForSeq2Seq(tokenizer, model=model) writes it), or BART would read the source shifted there.
+    rows = [{"input_ids": src, "labels": src.flip(0),
+             "decoder_input_ids": model.prepare_decoder_input_ids_from_labels(src.flip(0)[None])[0]}
+            for src in _token_rows(8, 6, VOCAB, seed=3)]
     loss = TrainerLoss("as_softmax", delta=0.2, anneal_ratio=0.5)
     logs, _ = _train(model, rows, loss, LossScheduleCallback(loss), steps=10, tmp_path=tmp_path,
                      trainer=transformers.Seq2SeqTrainer)
@@ -335,3 +339,32 @@ def test_source_mask_refuses_a_batch_it_was_not_given():
     mask = SourceVocabularyMask(torch.tensor([[4, 5], [6, 7]]), pad_token_id=1)
     with pytest.raises(ValueError, match="3 rows of scores for 2 sources"):
         mask(None, torch.zeros(3, 10))
+
+
+# ---------------------------------------------------------------- the example
+
+
+def test_the_example_fine_tunes_and_decodes_every_test_source(tmp_path):
+    from conftest import run_script, skip_in_fast_tier
+    from test_hf_encoder import write_tiny_bert
+
+    skip_in_fast_tier("examples/hf_seq2seq.py")
+    data = tmp_path / "toy"
+    run_script("data-prep/make_toy_data.py", data, "--train", "64", "--valid", "4", "--test", "7")
+    sources = (data / "test.src").read_text().splitlines()
+    words = sorted(set((data / "train.src").read_text().split()) | set(" ".join(sources).split()))
+    bert = write_tiny_bert(tmp_path / "bert", 64, words)  # every toy word one token
+    example = ["examples/hf_seq2seq.py", tmp_path / "out", "--data", data, "--model", bert]
+    run_script(*example, "--loss", "as_softmax", "--loss-option", "delta=0.3", "--loss-option", "warmup_ratio=0.5",
+               "--max-steps", "4", "--batch-size", "8", "--beam", "3", "--decoding-topk", "2", "--source-vocab-mask")
+    hypotheses = (tmp_path / "out" / "test.hyp").read_text().splitlines()
+    assert len(hypotheses) == len(sources) == 7
+    for hypothesis, source in zip(hypotheses, sources):  # the source mask: only the source's words
+        assert set(hypothesis.split()) <= set(source.split()), (hypothesis, source)
+    assert (tmp_path / "out" / "model" / "config.json").is_file()
+
+    proc = run_script(*example, "--loss-option", "k", check=False)
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+        "hf_seq2seq.py: error: --loss-option k: expected NAME=VALUE, e.g. k=10"), proc.stderr[-2000:]
+    proc = run_script(*example, "--loss", "softmax", "--loss-option", "k=3", check=False)
+    assert proc.returncode == 2 and "softmax takes ['label_smoothing'], not ['k']" in proc.stderr.splitlines()[-1]

@@ -40,7 +40,8 @@ DOCS = ROOT / "docs"
 FIXTURES = ROOT / "tests" / "fixtures"
 VENV = Path(sys.executable).parent.parent
 #: What the sandbox links to in the repository.
-LINKED = ("user_dir", "scripts", "data-prep", "benchmarks", "requirements", "setup.py", "README.md")
+LINKED = ("sparse_softmax", "user_dir", "scripts", "data-prep", "benchmarks", "examples", "requirements", "setup.py",
+          "pyproject.toml", "README.md")
 _FENCE = re.compile(r"^```(\w*)$")
 _SKIP = re.compile(r"^<!-- readme-test: skip \((.+)\) -->$")
 
@@ -54,6 +55,7 @@ def _free_port() -> str:
 #: (pattern, replacement): the only changes made to the README's commands, all of scale.
 SCALE = [
     (r"--max-update \d+", "--max-update 3"),
+    (r"--max-steps \d+", "--max-steps 3"),
     (r"--max-epoch \d+", "--max-epoch 1"),
     (r"--train-subset \d+", "--train-subset 20"),
     (r"--arch transformer(?= )", "--arch transformer_tiny"),

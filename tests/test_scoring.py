@@ -9,9 +9,9 @@ import pytest
 
 from sparse_softmax.scoring import bleu
 from sparse_softmax.scoring.inputs import InputError, load_pairs, parse_fairseq_output, read_lines, remove_bpe
-from sparse_softmax.userinput import UserInputError
 from sparse_softmax.scoring.report import bootstrap_interval
 from sparse_softmax.scoring.rouge import coco_rouge_l, lcs_length, postprocess, rouge_scores
+from sparse_softmax.userinput import UserInputError
 
 
 def corpus(hyps, refs):

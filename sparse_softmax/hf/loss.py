@@ -6,6 +6,9 @@ batch, runs the model and calls ``loss(outputs, labels, num_items_in_batch)``. T
 (``causal_lm=True``: position i predicts label i + 1, as the models' own loss) and token classification;
 ``(batch, C)`` with labels ``(batch,)`` for sequence classification, or multi-hot ``(batch, C)`` for the
 multi-label losses. Labels equal to ``ignore_index`` (-100, the padding the collators write) count nowhere.
+With a ``compute_loss_func`` the Trainer gives the model no labels, so an encoder-decoder's batch must carry
+``decoder_input_ids`` (``DataCollatorForSeq2Seq(tokenizer, model=model)`` makes them from the labels): BART, for
+one, would otherwise feed its decoder the shifted source.
 
 The Trainer counts the labelled items of the whole accumulated batch (``num_items_in_batch``) and takes a
 loss divided by that count as already scaled for gradient accumulation, so the loss is the sum over the
