@@ -4,7 +4,12 @@ functions; ``Trainer`` end to end for a few steps with each loss family on tiny 
 callbacks; the ``generate()`` processors against the fairseq search on the same scores."""
 from __future__ import annotations
 
+import json
 import math
+import os
+import socket
+import subprocess
+import sys
 import zlib
 
 import pytest
@@ -368,3 +373,45 @@ def test_the_example_fine_tunes_and_decodes_every_test_source(tmp_path):
         "hf_seq2seq.py: error: --loss-option k: expected NAME=VALUE, e.g. k=10"), proc.stderr[-2000:]
     proc = run_script(*example, "--loss", "softmax", "--loss-option", "k=3", check=False)
     assert proc.returncode == 2 and "softmax takes ['label_smoothing'], not ['k']" in proc.stderr.splitlines()[-1]
+
+
+TWO_PROCESSES = """
+import json, os, sys
+import torch, transformers
+from test_hf_adapters import VOCAB, _Batches, _bert, _Record, _token_rows
+from sparse_softmax.hf import ASSpeedCallback, TrainerLoss
+
+torch.manual_seed(0)
+model = transformers.BertForSequenceClassification(_bert(num_labels=3))
+rows = [{"input_ids": ids, "labels": torch.tensor(int(ids[0]) % 3)} for ids in _token_rows(96, 6, VOCAB)]
+loss = TrainerLoss("as_softmax", delta=0.3)
+args = transformers.TrainingArguments(output_dir=sys.argv[1], per_device_train_batch_size=4, num_train_epochs=4,
+                                      learning_rate=1e-2, logging_steps=1, report_to="none", use_cpu=True,
+                                      save_strategy="no", disable_tqdm=True, seed=0, lr_scheduler_type="constant",
+                                      ddp_backend="gloo")
+record = _Record()
+transformers.Trainer(model=model, args=args, train_dataset=_Batches(rows), compute_loss_func=loss,
+                     callbacks=[ASSpeedCallback(loss, lam=1.0, max_steps=4), record]).train()
+rank = int(os.environ["RANK"])
+with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as out:
+    json.dump({"updates": record.updates, "rows": float(loss.totals["rows"])}, out)
+"""
+
+
+def test_as_speed_takes_the_same_steps_on_two_processes(tmp_path):
+    """Each process sees its half of the data and masks its own rows; the rule runs on the counts summed over
+    both, so both accumulate alike (a difference would hang their gradient all-reduce)."""
+    from conftest import ROOT, skip_in_fast_tier
+
+    skip_in_fast_tier("torchrun")
+    (tmp_path / "two.py").write_text(TWO_PROCESSES)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(port), tmp_path / "two.py", tmp_path], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "tests")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["updates"] == ranks[1]["updates"] and max(m for m, _ in ranks[0]["updates"]) > 1, ranks
+    assert ranks[0]["rows"] == ranks[1]["rows"] == 4 * 96 / 2  # each its half of the rows, every epoch
