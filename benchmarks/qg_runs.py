@@ -87,8 +87,9 @@ def record(folder: Path, method: str, flags: list, seed: int, train: Callable[[P
         fresh = True
     if not result_file.exists() or fresh:
         folder.mkdir(parents=True, exist_ok=True)
-        if fresh:
-            delete_weights(folder)  # fairseq-train would resume from them
+        if fresh:  # from the start: fairseq-train would resume from old weights, and the log is appended to
+            delete_weights(folder)
+            train_log.unlink(missing_ok=True)
         trained = checkpoint.exists() and train_log.exists() and "done training" in train_log.read_text("utf-8")
         if fresh or not trained:
             train(folder)  # from the start, or from where a stopped run saved last
