@@ -186,3 +186,40 @@ def test_a_record_made_with_other_method_flags_is_found_out(experiment):
     changed = [*flags[:-1], "0.25"]
     assert qg_runs.contradicted(log, changed) == [f"{flags[-2]} 0.25"]
     assert qg_runs.contradicted(log, ["--criterion", "sparse_softmax", *flags[2:]]) == ["--criterion sparse_softmax"]
+
+
+def test_a_run_made_again_for_changed_flags_starts_a_new_log(tmp_path):
+    """record() with a stand-in training that logs its criterion config and one valid and train record: a
+    record whose log lacks a flag is run again, its log is the new run's alone, and the next call reads it."""
+    folder = tmp_path / "as_softmax-seed1"
+    references, sources = tmp_path / "ref.txt", tmp_path / "src.txt"
+    references.write_text("what is it ?\n")
+    sources.write_text("it is a cat .\n")
+    runs = []
+
+    def train_with(warmup):
+        def train(into: Path) -> None:
+            runs.append(warmup)
+            (into / "checkpoints").mkdir(exist_ok=True)
+            (into / "checkpoints" / "checkpoint_last.pt").write_text("weights")
+            with (into / "train.log").open("a") as log:  # fairseq-train appends, as a resumed run needs
+                log.write(f"| fairseq_cli.train | {{'criterion': {{'_name': 'as_softmax', 'as_delta': 0.3, "
+                          f"'as_warmup_ratio': {warmup}}}}}\n"
+                          f'| valid | {{"valid_loss": "5.0", "valid_nll_loss": "{4 + warmup}", '
+                          f'"valid_num_updates": "10"}}\n'
+                          f'| train | {{"loss": "5.0", "wall": "{10 + warmup}"}}\n| done training\n')
+        return train
+
+    def decode(checkpoint: Path, decoding: str, into: Path) -> Path:
+        (into / "pred.txt").write_text("what is it ?\n")
+        return into / "pred.txt"
+
+    flags = ["--criterion", "as_softmax", "--as-delta", "0.3", "--as-warmup-ratio", "0.1"]
+    args = (decode, ["beam 1"], references, sources)
+    qg_runs.record(folder, "as_softmax", flags[:4] + ["--as-warmup-ratio", "0.3"], 1, train_with(0.3), *args)
+    again = qg_runs.record(folder, "as_softmax", flags, 1, train_with(0.1), *args)
+    log = (folder / "train.log").read_text()
+    assert runs == [0.3, 0.1] and log.count("fairseq_cli.train") == 1 and qg_runs.contradicted(log, flags) == []
+    assert again["valid"] == [{"update": 10, "nll": 4.1}] and again["wall"] == 10.1
+    qg_runs.record(folder, "as_softmax", flags, 1, train_with(0.1), *args)
+    assert runs == [0.3, 0.1], "a record made with the method's flags is read, not run again"
