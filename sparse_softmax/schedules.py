@@ -7,6 +7,7 @@ continues its schedule where it stopped.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 
 def in_warmup(ratio: float, max_update: int, update: int) -> bool:
@@ -25,16 +26,31 @@ def as_delta(delta: float, update: int, max_update: int, warmup_ratio: float = 0
       falls to ``delta`` (its minimum, 0.1 there) over that first part of training, then stays there. The code
       names the two ends only; the fall here is linear in the update count.
 
-    One schedule at a time: a warm-up that ends in an annealing would be a third method.
+    The options are those ``check_as_schedule`` accepts.
     """
-    if warmup_ratio and anneal_ratio:
-        raise ValueError("a warm-up and an annealing of δ: choose one (both start from a softmax-like δ)")
     if in_warmup(warmup_ratio, max_update, update):
         return 1.0
     span = anneal_ratio * max_update
     if update >= span:
         return delta
     return anneal_from + (delta - anneal_from) * update / span
+
+
+def check_as_schedule(delta: float, warmup_ratio: float, anneal_ratio: float, anneal_from: float,
+                      name: Callable[[str], str] = str) -> None:
+    """Refuses options of ``as_delta`` that do not make one schedule, with a ``ValueError`` that names each
+    option by ``name`` (keyword → the front door's spelling: ``"--as-" + keyword.replace("_", "-")`` for the
+    fairseq criterion), so every front door reports the same mistakes in its own words.
+
+    One schedule at a time: a warm-up that ends in an annealing would be a third method."""
+    if warmup_ratio and anneal_ratio:
+        raise ValueError(f"{name('warmup_ratio')} and {name('anneal_ratio')}: choose one (both start from a "
+                         "softmax-like delta)")
+    if anneal_from != 1.0 and not anneal_ratio:
+        raise ValueError(f"{name('anneal_from')} is where {name('anneal_ratio')} starts: set {name('anneal_ratio')}")
+    if anneal_ratio and anneal_from < delta:
+        raise ValueError(f"{name('anneal_from')} {anneal_from:g} is below {name('delta')} {delta:g}: the annealing "
+                         f"only lowers delta, from {name('anneal_from')} down to {name('delta')}")
 
 
 def next_accumulation(prev: int, n_rows: float, n_masked: float, lam: float, max_steps: int) -> int:

@@ -55,7 +55,8 @@ def _refused(proc, tool: str, message: str, parsed: bool) -> None:
     (["--criterion", "as_softmax", "--as-anneal-from", "0.5"],
      "--as-anneal-from is where --as-anneal-ratio starts: set --as-anneal-ratio", False),
     (["--criterion", "as_softmax", "--as-anneal-ratio", "0.5", "--as-anneal-from", "0.2"],
-     "--as-anneal-from 0.2 is below --as-delta 0.3: the annealing lowers delta to --as-delta", False),
+     "--as-anneal-from 0.2 is below --as-delta 0.3: the annealing only lowers delta, from --as-anneal-from "
+     "down to --as-delta", False),
     (["--criterion", "as_softmax", "--as-anneal-ratio", "1.5"], "--as-anneal-ratio must be in [0, 1], got 1.5", True),
     (["--criterion", "sparse_softmax", "--sparse-warmup-ratio", "1"], "--sparse-warmup-ratio must be in [0, 1), got 1",
      True),

@@ -81,7 +81,7 @@ def test_multi_label_items_are_rows():
     ("sparse_softmax", {"anneal_ratio": 0.5}, "sparse_softmax has no δ to anneal"),
     ("as_softmax", {"anneal_from": 0.5}, "anneal_from is where anneal_ratio starts"),
     ("as_softmax", {"anneal_ratio": 0.5, "anneal_from": 0.2}, "anneal_from 0.2 is below delta 0.3"),
-    ("as_softmax", {"anneal_ratio": 0.5, "warmup_ratio": 0.1}, "a warm-up and an annealing"),
+    ("as_softmax", {"anneal_ratio": 0.5, "warmup_ratio": 0.1}, "warmup_ratio and anneal_ratio: choose one"),
 ])
 def test_bad_loss_options(name, options, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparse_softmax.schedules import as_delta, in_warmup, next_accumulation
+from sparse_softmax.schedules import as_delta, check_as_schedule, in_warmup, next_accumulation
 
 
 @pytest.mark.parametrize("update, expected", [(0, True), (29, True), (30, False), (99, False)])
@@ -28,9 +28,21 @@ def test_as_delta_annealing_from_another_start_and_without_a_schedule():
     assert as_delta(0.2, 0, 10) == 0.2
 
 
-def test_as_delta_refuses_two_schedules():
-    with pytest.raises(ValueError, match="a warm-up and an annealing"):
-        as_delta(0.3, 0, 100, warmup_ratio=0.1, anneal_ratio=0.5)
+@pytest.mark.parametrize("options, message", [
+    ({"warmup_ratio": 0.1, "anneal_ratio": 0.5}, "<warmup_ratio> and <anneal_ratio>: choose one"),
+    ({"anneal_from": 0.5}, "<anneal_from> is where <anneal_ratio> starts: set <anneal_ratio>"),
+    ({"anneal_ratio": 0.5, "anneal_from": 0.2}, "<anneal_from> 0.2 is below <delta> 0.3"),
+])
+def test_as_schedule_refusals_name_options_as_the_caller_spells_them(options, message):
+    schedule = {"warmup_ratio": 0.0, "anneal_ratio": 0.0, "anneal_from": 1.0, **options}
+    with pytest.raises(ValueError, match=message):
+        check_as_schedule(0.3, **schedule, name=lambda keyword: f"<{keyword}>")
+
+
+@pytest.mark.parametrize("options", [{}, {"warmup_ratio": 0.1}, {"anneal_ratio": 0.5},
+                                     {"anneal_ratio": 0.5, "anneal_from": 0.3}])
+def test_as_schedule_accepts_one_schedule(options):
+    check_as_schedule(0.3, **{"warmup_ratio": 0.0, "anneal_ratio": 0.0, "anneal_from": 1.0, **options})
 
 
 @pytest.mark.parametrize(

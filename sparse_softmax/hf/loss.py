@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from .. import losses
-from ..schedules import as_delta, in_warmup
+from ..schedules import as_delta, check_as_schedule, in_warmup
 
 logger = logging.getLogger(__name__)
 
@@ -95,13 +95,8 @@ class TrainerLoss:
             raise ValueError(f"{name} has no warm-up (warmup_ratio): {', '.join(sorted(WARMUP))} have")
         if anneal_ratio and name not in AS_LOSSES:
             raise ValueError(f"{name} has no δ to anneal (anneal_ratio): {', '.join(sorted(AS_LOSSES))} have")
-        if anneal_from != 1.0 and not anneal_ratio:
-            raise ValueError("anneal_from is where anneal_ratio starts: set anneal_ratio")
         options = {**DEFAULTS.get(name, {}), **options}
-        if anneal_ratio and anneal_from < options["delta"]:
-            raise ValueError(f"anneal_from {anneal_from:g} is below delta {options['delta']:g}: the annealing "
-                             "lowers δ to delta")
-        as_delta(options.get("delta", 1.0), 0, 1, warmup_ratio, anneal_ratio, anneal_from)  # refuses both at once
+        check_as_schedule(options.get("delta", 1.0), warmup_ratio, anneal_ratio, anneal_from)
         self.name, self.causal_lm, self.ignore_index, self.options = name, causal_lm, ignore_index, options
         self.warmup_ratio, self.anneal_ratio, self.anneal_from = warmup_ratio, anneal_ratio, anneal_from
         self.update, self.max_update = 0, 0  # set by LossScheduleCallback before each update

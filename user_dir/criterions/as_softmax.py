@@ -8,7 +8,7 @@ from fairseq.criterions import register_criterion
 from omegaconf import II
 
 from sparse_softmax.losses import as_multilabel_loss, as_softmax
-from sparse_softmax.schedules import as_delta
+from sparse_softmax.schedules import as_delta, check_as_schedule
 
 from ..fairseq_compat import num_updates
 from ..options import UsageError, in_range
@@ -53,14 +53,11 @@ class ASSoftmaxCriterion(LossCriterion):
         super().__init__(cfg, task)
         check_warmup("--as-warmup-ratio", cfg.as_warmup_ratio, cfg.max_update)
         check_warmup("--as-anneal-ratio", cfg.as_anneal_ratio, cfg.max_update)
-        if cfg.as_warmup_ratio and cfg.as_anneal_ratio:
-            raise UsageError("--as-warmup-ratio and --as-anneal-ratio: choose one (both start from a softmax-like "
-                             "delta)")
-        if not cfg.as_anneal_ratio and cfg.as_anneal_from != 1.0:
-            raise UsageError("--as-anneal-from is where --as-anneal-ratio starts: set --as-anneal-ratio")
-        if cfg.as_anneal_ratio and cfg.as_anneal_from < cfg.as_delta:
-            raise UsageError(f"--as-anneal-from {cfg.as_anneal_from:g} is below --as-delta {cfg.as_delta:g}: the "
-                             "annealing lowers delta to --as-delta")
+        try:
+            check_as_schedule(cfg.as_delta, cfg.as_warmup_ratio, cfg.as_anneal_ratio, cfg.as_anneal_from,
+                              name=lambda keyword: "--as-" + keyword.replace("_", "-"))
+        except ValueError as err:
+            raise UsageError(str(err)) from None
 
     def same_as(self, num_classes):
         if self.cfg.as_delta == 1:
