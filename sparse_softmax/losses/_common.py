@@ -6,6 +6,10 @@ dtype; autograd casts the gradient back to the input dtype.
 """
 from __future__ import annotations
 
+import functools
+import importlib
+import importlib.util
+from types import ModuleType
 from typing import NamedTuple
 
 import torch
@@ -135,3 +139,21 @@ def reduce_rows(row_loss: Tensor, valid: Tensor | None, reduction: str) -> Tenso
         return row_loss.sum()
     count = valid.sum() if valid is not None else row_loss.new_tensor(row_loss.shape[0])
     return row_loss.sum() / count
+
+
+@functools.cache
+def triton_kernels(module: str) -> ModuleType | None:
+    """The Triton kernel module ``module`` of this package, or None where Triton is not installed
+    (PyTorch's CUDA builds ship it; CPU builds need not)."""
+    if importlib.util.find_spec("triton") is None:
+        return None
+    return importlib.import_module(f"{__package__}.{module}")
+
+
+def kernel_for(logits: Tensor, module: str) -> ModuleType | None:
+    """The Triton kernels of ``module`` when they serve ``logits``: a CUDA tensor of one of the module's
+    ``DTYPES`` (float64 stays on the PyTorch path, the kernels compute in float32)."""
+    if not logits.is_cuda:
+        return None
+    kernels = triton_kernels(module)
+    return kernels if kernels is not None and logits.dtype in kernels.DTYPES else None

@@ -14,13 +14,13 @@ alive, and makes the loss about as fast as ``F.cross_entropy`` (see benchmarks/l
 """
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from ._common import LossResult, check_range, chunk_rows, compute_dtype, exp_shifted_, prepare_rows, row_weights
+from ._common import (LossResult, check_range, chunk_rows, compute_dtype, exp_shifted_, kernel_for, prepare_rows,
+                      row_weights)
 
 
 class ASChunk(NamedTuple):
@@ -58,22 +58,12 @@ def as_softmax_chunk(z: Tensor, target: Tensor, delta: float, want_grad: bool) -
     return ASChunk(loss, (total.log() - log_e_t).squeeze(1), masked, kept, dropped, grad)
 
 
-@functools.cache
-def _triton_module():
-    """``as_softmax_triton``, or None without Triton (PyTorch's CUDA builds ship it; CPU builds need not)."""
-    try:
-        from . import as_softmax_triton
-    except ImportError:
-        return None
-    return as_softmax_triton
-
-
 def as_softmax_rows(logits: Tensor, target: Tensor, weight: Tensor, delta: float, want_grad: bool):
     """Row losses, nll, masked and dense (every class kept) flags of ``logits (N, V)``, block by block,
     and the gradient of ``Σ weight · loss`` w.r.t. the logits when ``want_grad``. On a GPU one Triton
     kernel does it (``as_softmax_triton.py``)."""
-    kernel = _triton_module() if logits.is_cuda else None
-    if kernel is not None and logits.dtype in kernel.DTYPES:
+    kernel = kernel_for(logits, "as_softmax_triton")
+    if kernel is not None:
         return kernel.as_softmax_rows_triton(logits, target, weight, delta, want_grad)
     n, v = logits.shape
     dtype = compute_dtype(logits)

@@ -3,15 +3,18 @@
 ``sparse_softmax_loss`` takes logits and lets autograd through ``topk``; ``sparse_softmax_chunk`` is the
 same loss for a block of rows with its gradient written out explicitly, as ``k + 1`` (class, value)
 pairs per row, which is what ``fused_output_loss`` turns into a sparse backward of the output layer.
+On a GPU both go through a Triton kernel (``sparse_softmax_triton.py``) that finds the top k in the same
+sweep as the log-sum-exp, instead of ``torch.topk``.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from ._common import check_range, compute_dtype, exp_shifted_, prepare_rows, reduce_rows
+from ._common import check_range, compute_dtype, exp_shifted_, kernel_for, prepare_rows, reduce_rows
 
 
 class SparseChunk(NamedTuple):
@@ -44,6 +47,11 @@ def sparse_softmax_loss(
     rows = prepare_rows(logits, target, ignore_index, reduction)
     check_range("k", k, 1, logits.shape[1])
     check_range("label_smoothing", label_smoothing, 0.0, 1.0)
+    kernel = _kernel(logits, k)
+    if kernel is not None:
+        loss = _SparseRows.apply(logits, rows.target, int(k), float(label_smoothing),
+                                 kernel.sparse_softmax_chunk_triton)
+        return reduce_rows(loss, rows.valid, reduction)
     dtype = compute_dtype(logits)
     top = logits.topk(int(k), dim=-1, sorted=False).values.to(dtype)
     lse = top.logsumexp(dim=-1)
@@ -60,6 +68,9 @@ def sparse_softmax_chunk(z: Tensor, target: Tensor, k: int, label_smoothing: flo
     The gradient of ``(1-ε)·(lse_k - z_t) + ε·(lse_k - mean(topk))`` is ``p_j - ε/k`` on each of the top
     k (p: the softmax over them) and ``-(1-ε)`` at the target.
     """
+    kernel = _kernel(z, k)
+    if kernel is not None:
+        return kernel.sparse_softmax_chunk_triton(z, target, k, label_smoothing, want_grad)
     t = target[:, None]
     top, classes = z.topk(k, dim=-1, sorted=False)
     lse_k = top.logsumexp(dim=-1, keepdim=True)
@@ -76,3 +87,31 @@ def sparse_softmax_chunk(z: Tensor, target: Tensor, k: int, label_smoothing: flo
         grad.sub_(label_smoothing / k)
     grad = torch.cat([grad, torch.full_like(z_t, label_smoothing - 1.0)], dim=1)
     return SparseChunk(loss, nll, torch.cat([classes, t], dim=1), grad)
+
+
+def _kernel(logits: Tensor, k: int):
+    """The Triton kernels when they serve these logits and this k."""
+    kernel = kernel_for(logits, "sparse_softmax_triton")
+    return kernel if kernel is not None and k <= kernel.MAX_K else None
+
+
+class _SparseRows(torch.autograd.Function):
+    """Row losses of Sparse-softmax from a block scorer that hands over the gradient as k + 1 (class,
+    value) pairs a row (``sparse_softmax_chunk``'s contract): backward scatters them into the dense logit
+    gradient, which is what autograd through ``topk`` writes too, without keeping the top k's autograd
+    graph or running a second top-k."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, k: int, label_smoothing: float,
+                score: Callable[..., SparseChunk]) -> Tensor:
+        scored = score(logits.detach(), target, k, label_smoothing, ctx.needs_input_grad[0])
+        ctx.save_for_backward(scored.classes, scored.grad)
+        ctx.logits_like = logits.shape, logits.dtype, logits.device
+        return scored.loss
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor):
+        classes, grad = ctx.saved_tensors
+        shape, dtype, device = ctx.logits_like
+        values = (grad * grad_loss[:, None].to(grad.dtype)).to(dtype)
+        return torch.zeros(shape, dtype=dtype, device=device).scatter_add_(1, classes, values), None, None, None, None

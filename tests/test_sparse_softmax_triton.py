@@ -1,0 +1,139 @@
+"""The Triton kernel of Sparse-softmax (``sparse_softmax/losses/sparse_softmax_triton.py``) against the
+PyTorch path, which test_losses.py checks against brute force: row losses, nll and the gradient's
+k + 1 (class, value) pairs, then the loss and the fused output layer with the kernel in place of
+``torch.topk``. Without CUDA the kernel runs in Triton's interpreter on the CPU (TRITON_INTERPRET=1),
+so these tests run everywhere Triton is installed; with CUDA they also run compiled on the GPU."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # read when the kernel is decorated, i.e. at its import below
+pytest.importorskip("triton", reason="Triton is not installed")
+
+from sparse_softmax.losses import fused_output_loss, sparse_softmax_loss  # noqa: E402
+from sparse_softmax.losses import sparse_softmax as sparse_module  # noqa: E402
+from sparse_softmax.losses import sparse_softmax_triton as kernels  # noqa: E402
+from sparse_softmax.losses.sparse_softmax import _SparseRows, sparse_softmax_chunk  # noqa: E402
+
+KERNEL_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def rows_of(n: int, v: int, seed: int = 0, scale: float = 3.0):
+    """Random logits of both signs with some -inf entries, and random targets."""
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, v, generator=g) * scale
+    z[::3, : max(1, v // 4)] = float("-inf")
+    target = torch.randint(0, v, (n,), generator=g)
+    target[::3] = v - 1  # a finite target on the rows with -inf entries
+    return z, target
+
+
+def dense(classes: torch.Tensor, grad: torch.Tensor, v: int) -> torch.Tensor:
+    """The logit gradient the (class, value) pairs stand for (repeats add up)."""
+    return torch.zeros(grad.shape[0], v, dtype=grad.dtype).scatter_add_(1, classes.cpu(), grad.cpu())
+
+
+def assert_same_rows(z, target, k, smoothing):
+    want = sparse_softmax_chunk(z.clone(), target, k, smoothing, want_grad=True)  # CPU: the PyTorch path
+    got = kernels.sparse_softmax_chunk_triton(z.to(KERNEL_DEVICE), target.to(KERNEL_DEVICE), k, smoothing,
+                                              want_grad=True)
+    torch.testing.assert_close(got.loss.cpu(), want.loss, msg="loss")
+    torch.testing.assert_close(got.nll.cpu(), want.nll, msg="nll")
+    assert got.classes.shape == got.grad.shape == (z.shape[0], k + 1)
+    assert (got.classes[:, k].cpu() == target).all(), "the last pair is the target"
+    torch.testing.assert_close(dense(got.classes, got.grad, z.shape[1]), dense(want.classes, want.grad, z.shape[1]),
+                               msg="gradient")
+
+
+@pytest.mark.parametrize("n, v, k", [(1, 2, 1), (6, 7, 3), (6, 7, 7), (9, 97, 10), (5, 300, 16), (4, 300, 17)])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_kernel_matches_the_pytorch_rows(n, v, k, smoothing):
+    z, target = rows_of(n, v)
+    assert_same_rows(z, target, k, smoothing)
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending", "random"])
+def test_kernel_across_many_blocks(monkeypatch, order):
+    """Small blocks, so a row spans many: ascending logits put every block's top ahead of the running top k
+    (a merge each block), descending ones none after the first (every later block skipped)."""
+    monkeypatch.setattr(kernels, "BLOCK", 16)
+    z, target = rows_of(5, 16 * 9 + 5, seed=1)
+    if order != "random":
+        z = z.sort(dim=1, descending=order == "descending").values
+    assert_same_rows(z, target, 10, 0.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_kernel_reads_half_logits(dtype):
+    z, target = rows_of(6, 150, seed=2)
+    z = z.to(dtype)
+    want = sparse_softmax_chunk(z.float(), target, 10, 0.0, want_grad=True)
+    got = kernels.sparse_softmax_chunk_triton(z.to(KERNEL_DEVICE), target.to(KERNEL_DEVICE), 10, 0.0, want_grad=True)
+    assert got.loss.dtype == torch.float32
+    torch.testing.assert_close(got.loss.cpu(), want.loss)
+    torch.testing.assert_close(dense(got.classes, got.grad, 150), dense(want.classes, want.grad, 150))
+
+
+def test_no_gradient_asked_for():
+    z, target = rows_of(8, 60, seed=3)
+    got = kernels.sparse_softmax_chunk_triton(z.to(KERNEL_DEVICE), target.to(KERNEL_DEVICE), 5, 0.0, want_grad=False)
+    want = sparse_softmax_chunk(z.clone(), target, 5, 0.0, want_grad=False)
+    assert got.classes is None and got.grad is None
+    torch.testing.assert_close(got.loss.cpu(), want.loss)
+
+
+def test_scattered_backward_gradchecks_in_float64():
+    """The backward of ``_SparseRows`` (the pairs scattered into the logits' gradient), checked by finite
+    differences with the PyTorch block scorer, which runs in float64."""
+    z, target = rows_of(4, 9, seed=4, scale=1.0)
+    z = z.double().nan_to_num(neginf=-5.0).requires_grad_(True)
+
+    def score(logits, tgt, k, smoothing, want_grad):
+        return sparse_softmax_chunk(logits.clone(), tgt, k, smoothing, want_grad)
+
+    assert torch.autograd.gradcheck(lambda x: _SparseRows.apply(x, target, 3, 0.2, score), (z,))
+
+
+@pytest.fixture
+def kernel_everywhere(monkeypatch):
+    """``sparse_softmax_loss`` and ``sparse_softmax_chunk`` take the kernel path on any device."""
+    monkeypatch.setattr(sparse_module, "_kernel", lambda logits, k: kernels if k <= kernels.MAX_K else None)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean", "none"])
+def test_loss_with_the_kernel_matches_autograd_through_topk(kernel_everywhere, monkeypatch, reduction):
+    z, target = rows_of(10, 50, seed=5)
+    target[4] = -100
+    weights = torch.rand(10) if reduction == "none" else torch.ones(())
+    results = []
+    for use_kernel in (True, False):
+        if not use_kernel:
+            monkeypatch.setattr(sparse_module, "_kernel", lambda logits, k: None)
+        logits = z.clone().requires_grad_(True)
+        loss = sparse_softmax_loss(logits, target, 6, ignore_index=-100, reduction=reduction, label_smoothing=0.1)
+        (loss * weights).sum().backward()
+        results.append((loss.detach(), logits.grad))
+    (loss_k, grad_k), (loss_t, grad_t) = results
+    torch.testing.assert_close(loss_k, loss_t)
+    torch.testing.assert_close(grad_k, grad_t)
+    assert (grad_k[4] == 0).all(), "an ignored row has no gradient"
+
+
+def test_fused_output_layer_with_the_kernel(kernel_everywhere, monkeypatch):
+    g = torch.Generator().manual_seed(6)
+    hidden, weight = torch.randn(12, 8, generator=g), torch.randn(40, 8, generator=g)
+    target = torch.randint(0, 40, (12,), generator=g)
+    results = []
+    for use_kernel in (True, False):
+        if not use_kernel:
+            monkeypatch.setattr(sparse_module, "_kernel", lambda logits, k: None)
+        h, w = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+        out = fused_output_loss(h, w, target, "sparse_softmax", k=5)
+        out.loss.backward()
+        results.append((out.loss.detach(), out.nll, h.grad, w.grad))
+    for name, a, b in zip(("loss", "nll", "grad hidden", "grad weight"), *results):
+        torch.testing.assert_close(a, b, msg=name)
