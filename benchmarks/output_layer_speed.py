@@ -2,9 +2,9 @@
 """The output layer with its loss: features → loss → gradients of the features and the weight.
 
 ``fused_output_loss`` (``--fused-output-layer``) against the unfused path, ``F.linear`` + the loss +
-backward, and against the baseline every ratio is taken to: ``F.linear`` + ``F.cross_entropy`` +
-backward, all in the same run, interleaved, the minimum of ``--repeats`` (see ``measure.py``). Peak
-memory is what one step allocates beyond its inputs (the weight's and features' gradients included).
+backward, against PyTorch's own fused ``F.linear_cross_entropy`` (reference and chunked) and against the
+baseline every ratio is taken to: ``F.linear`` + ``F.cross_entropy`` + backward, all in the same run,
+interleaved, the minimum of ``--repeats`` (see ``measure.py``). Peak memory is what one step allocates beyond its inputs (the weight's and features' gradients included).
 
 AS-Softmax's fused backward costs in proportion to the rows that keep (nearly) every class, so it runs
 at several shares of such *dense* rows: the features are built so that a given share of rows has a
@@ -60,6 +60,7 @@ def variants(n: int, h: int, v: int, device: str, dtype: torch.dtype) -> dict[st
     out = {
         "baseline: F.linear + F.cross_entropy": (step(full, lambda h_, w, t: F.cross_entropy(
             F.linear(h_, w).float(), t, reduction="sum")), full),
+        **linear_cross_entropy(step, full),
         "cross_entropy, fused": (step(full, lambda h_, w, t: fused_output_loss(h_, w, t, "cross_entropy").loss), full),
         f"sparse_softmax k={K}": (step(full, lambda h_, w, t: sparse_softmax_loss(F.linear(h_, w), t, K)), full),
         f"sparse_softmax k={K}, fused": (step(full, lambda h_, w, t: fused_output_loss(
@@ -71,6 +72,21 @@ def variants(n: int, h: int, v: int, device: str, dtype: torch.dtype) -> dict[st
         out[f"as_softmax δ={DELTA}, fused, {share:.0%} dense"] = (step(data, lambda h_, w, t: fused_output_loss(
             h_, w, t, "as_softmax", delta=DELTA).loss), data)
     return out
+
+
+def linear_cross_entropy(step, inputs) -> dict[str, tuple]:
+    """PyTorch's own fused layer, ``F.linear_cross_entropy`` (torch 2.13), on its reference path and on its
+    chunked one (``LinearCrossEntropyOptions()``: batch chunks, no N×V logits); nothing on an older torch,
+    which ``main`` says."""
+    if not hasattr(F, "linear_cross_entropy"):
+        return {}
+    chunked = torch.nn.LinearCrossEntropyOptions()
+    return {
+        "F.linear_cross_entropy": (step(inputs, lambda h_, w, t: F.linear_cross_entropy(
+            h_, w, t, reduction="sum")), inputs),
+        "F.linear_cross_entropy, chunked": (step(inputs, lambda h_, w, t: F.linear_cross_entropy(
+            h_, w, t, reduction="sum", options=chunked)), inputs),
+    }
 
 
 def shares(inputs) -> str:
@@ -118,7 +134,9 @@ def main() -> None:
                   f"{r['mb']:8.1f} MB {r['memory_ratio']:5.2f}x  {r['shares']}", flush=True)
     device = device_name(args.device)
     lines = [(f"Device: {device}; torch {torch.__version__}; {args.dtype}; min of {args.repeats} interleaved "
-              "forward+backward runs."), "",
+              "forward+backward runs."
+              + ("" if hasattr(F, "linear_cross_entropy") else
+                 " This torch has no F.linear_cross_entropy, so its rows are missing.")), "",
              ("| case | variant | time (ms) | time ÷ baseline | peak extra memory (MB) | memory ÷ baseline "
               "| AS rows dense / masked |"), "|---|---|---:|---:|---:|---:|---|"]
     lines += [f"| {r['case']} | {r['variant']} | {r['ms']:.1f} | {r['time_ratio']:.2f} | {r['mb']:.1f} | "
