@@ -4,7 +4,8 @@
 ``fused_output_loss`` (``--fused-output-layer``) against the unfused path, ``F.linear`` + the loss +
 backward, against PyTorch's own fused ``F.linear_cross_entropy`` (reference and chunked) and against the
 baseline every ratio is taken to: ``F.linear`` + ``F.cross_entropy`` + backward, all in the same run,
-interleaved, the minimum of ``--repeats`` (see ``measure.py``). Peak memory is what one step allocates beyond its inputs (the weight's and features' gradients included).
+interleaved, the minimum of ``--repeats`` (see ``measure.py``). Peak memory is what one step allocates
+beyond its inputs (the weight's and features' gradients included).
 
 AS-Softmax's fused backward costs in proportion to the rows that keep (nearly) every class, so it runs
 at several shares of such *dense* rows: the features are built so that a given share of rows has a
