@@ -19,6 +19,9 @@ gradients of h, W and b; the N×V logits and gradient never exist. Rows whose ta
 ``ignore_index`` are dropped before any work. With reduction "sum" or "mean" the gradients are
 computed in the forward pass and backward only scales them; with "none" backward runs the blocks
 again, because each row's weight in the gradient is only known then.
+
+On a GPU, sparse_softmax skips the blocks: one Triton kernel (``output_layer_triton.py``) computes and
+scores the logits tile by tile on chip and hands over only the k + 1 gradient pairs a row.
 """
 from __future__ import annotations
 
@@ -28,7 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._common import LossResult, check_range, check_reduction, chunk_rows, compute_dtype, prepare_targets, row_weights
+from ._common import (LossResult, check_range, check_reduction, chunk_rows, compute_dtype, kernel_for, prepare_targets,
+                      row_weights)
 from .as_softmax import as_softmax_chunk
 from .softmax_variants import softmax_chunk
 from .sparse_softmax import sparse_softmax_chunk
@@ -62,10 +66,16 @@ class _Gradients:
     """Accumulates the gradients of the weighted loss w.r.t. h, W and b, block by block."""
 
     #: Entries of a sparse logit gradient handled at once: each takes a weight row and a feature row.
+    #: On a CPU few, to stay in cache; on a GPU as many as fit ``GPU_GATHER_BYTES`` of gathered rows, as
+    #: one launch of each gather and scatter-add is worth more there than locality.
     SPARSE_ENTRIES = 2048
+    GPU_GATHER_BYTES = 64 * 2**20
 
     def __init__(self, hidden: Tensor, weight: Tensor, bias: Tensor | None, dtype: torch.dtype):
         self.weight, self.dtype = weight, dtype
+        self.entries = self.SPARSE_ENTRIES
+        if hidden.is_cuda:
+            self.entries = max(self.entries, self.GPU_GATHER_BYTES // (hidden.shape[1] * dtype.itemsize))
         self.grad_hidden = torch.zeros(hidden.shape, dtype=dtype, device=hidden.device)
         self.grad_weight = torch.zeros(weight.shape, dtype=dtype, device=weight.device)
         self.grad_bias = None if bias is None else torch.zeros(weight.shape[0], dtype=dtype, device=weight.device)
@@ -100,8 +110,8 @@ class _Gradients:
     def sparse(self, rows: Tensor, h: Tensor, entry_rows: Tensor, classes: Tensor, grad: Tensor) -> None:
         """Single entries ``grad`` of the logit gradient of the rows ``rows`` (features ``h (B, H)``), at
         (``entry_rows`` into them, ``classes``), all 1-D; repeated (row, class) pairs add up."""
-        for start in range(0, grad.numel(), self.SPARSE_ENTRIES):
-            part = slice(start, start + self.SPARSE_ENTRIES)
+        for start in range(0, grad.numel(), self.entries):
+            part = slice(start, start + self.entries)
             r, c, g = entry_rows[part], classes[part], grad[part, None]
             self.grad_hidden.index_add_(0, rows[r], g * self.weight.index_select(0, c).to(self.dtype))
             self.grad_weight.index_add_(0, c, g * h.index_select(0, r).to(self.dtype))
@@ -161,6 +171,8 @@ def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tenso
     The logits are computed a large block of rows at a time (a product's speed needs many rows), and
     scored in parts small enough to stay in cache through the loss's several passes over them.
     """
+    if spec.loss == "sparse_softmax" and (kernel := _on_chip_kernel(hidden, spec.k)) is not None:
+        return _score_rows_on_chip(kernel, hidden, weight, bias, rows, target, row_weight, spec)
     n, v = rows.numel(), weight.shape[0]
     dtype = compute_dtype(hidden)
     loss = torch.empty(n, dtype=dtype, device=hidden.device)
@@ -190,6 +202,30 @@ def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tenso
     if grads is None:
         return _Scores(loss, nll, masked, dense, None, None, None)
     return _Scores(loss, nll, masked, dense, grads.grad_hidden, grads.grad_weight, grads.grad_bias)
+
+
+def _on_chip_kernel(hidden: Tensor, k: int):
+    """The Triton kernels of the on-chip sparse_softmax layer, when they serve these features and this k."""
+    kernel = kernel_for(hidden, "output_layer_triton")
+    return kernel if kernel is not None and k <= kernel.MAX_K else None
+
+
+def _score_rows_on_chip(kernel, hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, target: Tensor,
+                        row_weight: Tensor | None, spec: _Spec) -> _Scores:
+    """``_score_rows`` for sparse_softmax by the on-chip kernel: every counted row in one launch, then the
+    sparse gradient's gathers and scatter-adds over all rows at once."""
+    want = row_weight is not None
+    scored = kernel.sparse_output_layer_triton(hidden, weight, bias, rows, target, spec.k, spec.label_smoothing, want)
+    n, v = rows.numel(), weight.shape[0]
+    masked = torch.zeros(n, dtype=torch.bool, device=hidden.device)
+    dense = masked if spec.k < v else ~masked
+    if not want:
+        return _Scores(scored.loss, scored.nll, masked, dense, None, None, None)
+    grads = _Gradients(hidden, weight, bias, compute_dtype(hidden))
+    entry_rows = torch.arange(n, device=hidden.device).repeat_interleave(spec.k + 1)
+    values = scored.grad.mul_(row_weight[:, None].to(scored.grad.dtype)).flatten()
+    grads.sparse(rows, hidden.index_select(0, rows), entry_rows, scored.classes.flatten(), values)
+    return _Scores(scored.loss, scored.nll, masked, dense, grads.grad_hidden, grads.grad_weight, grads.grad_bias)
 
 
 def _logits(hidden: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> Tensor:

@@ -107,9 +107,9 @@ def sparse_softmax_chunk_triton(z: Tensor, target: Tensor, k: int, label_smoothi
     nll = torch.empty_like(loss)
     classes = torch.empty(n, k + 1, dtype=torch.int64, device=z.device) if want_grad else None
     grad = torch.empty(n, k + 1, dtype=torch.float32, device=z.device) if want_grad else None
+    top = max(2, triton.next_power_of_2(k))  # K; a block must hold at least K columns for its top K
     if n:
         _sparse_softmax_row[(n,)](z, z.stride(0), target, k, float(label_smoothing), loss, nll,
                                   loss if classes is None else classes, loss if grad is None else grad, v,
-                                  WANT_GRAD=want_grad, K=max(2, triton.next_power_of_2(k)),
-                                  BLOCK=min(BLOCK, triton.next_power_of_2(v)))
+                                  WANT_GRAD=want_grad, K=top, BLOCK=max(top, min(BLOCK, triton.next_power_of_2(v))))
     return SparseChunk(loss, nll, classes, grad)

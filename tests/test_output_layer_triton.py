@@ -1,0 +1,111 @@
+"""The on-chip Sparse-softmax output layer (``sparse_softmax/losses/output_layer_triton.py``) against
+``F.linear`` + the PyTorch block scorer (which test_losses.py checks against brute force), and
+``fused_output_loss`` with it against the block path of test_fused_output_layer.py. Without CUDA the kernel
+runs in Triton's interpreter on the CPU (TRITON_INTERPRET=1), with tiles made small so that rows, hidden
+units and the vocabulary each span several; with CUDA it also runs compiled, at its own tile sizes."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # read when the kernel is decorated, i.e. at its import below
+pytest.importorskip("triton", reason="Triton is not installed")
+
+from sparse_softmax.losses import fused_output_loss  # noqa: E402
+from sparse_softmax.losses import output_layer  # noqa: E402
+from sparse_softmax.losses import output_layer_triton as kernels  # noqa: E402
+from sparse_softmax.losses.sparse_softmax import sparse_softmax_chunk  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(autouse=True)
+def small_tiles(monkeypatch):
+    if DEVICE == "cpu":  # the interpreter: small tiles, so that every dimension spans several
+        monkeypatch.setattr(kernels, "BLOCK_M", 16)
+        monkeypatch.setattr(kernels, "BLOCK_V", 32)
+        monkeypatch.setattr(kernels, "BLOCK_H", 16)
+
+
+def layer(n: int, h: int, v: int, seed: int = 0, bias: bool = False):
+    g = torch.Generator().manual_seed(seed)
+    hidden, weight = torch.randn(n, h, generator=g), torch.randn(v, h, generator=g) / h**0.5
+    return hidden, weight, (torch.randn(v, generator=g) if bias else None), torch.randint(0, v, (n,), generator=g)
+
+
+def dense(classes: torch.Tensor, grad: torch.Tensor, v: int) -> torch.Tensor:
+    """The logit gradient the (class, value) pairs stand for (repeats add up)."""
+    return torch.zeros(grad.shape[0], v, dtype=grad.dtype).scatter_add_(1, classes.cpu(), grad.cpu())
+
+
+def assert_scores_like_the_blocks(hidden, weight, bias, rows, target, k, smoothing):
+    logits = F.linear(hidden.float()[rows], weight.float(), None if bias is None else bias.float())
+    want = sparse_softmax_chunk(logits, target, k, smoothing, want_grad=True)
+    on = [x if x is None else x.to(DEVICE) for x in (hidden, weight, bias, rows, target)]
+    got = kernels.sparse_output_layer_triton(*on, k, smoothing, want_grad=True)
+    torch.testing.assert_close(got.loss.cpu(), want.loss, msg="loss")
+    torch.testing.assert_close(got.nll.cpu(), want.nll, msg="nll")
+    assert (got.classes[:, k].cpu() == target).all(), "the last pair is the target"
+    v = weight.shape[0]
+    torch.testing.assert_close(dense(got.classes, got.grad, v), dense(want.classes, want.grad, v), msg="gradient")
+
+
+@pytest.mark.parametrize("n, h, v, k", [(1, 16, 2, 1), (20, 24, 100, 10), (33, 40, 70, 16), (7, 16, 33, 33)])
+@pytest.mark.parametrize("bias, smoothing", [(False, 0.0), (True, 0.1)])
+def test_kernel_scores_like_linear_then_the_block_scorer(n, h, v, k, bias, smoothing):
+    hidden, weight, b, target = layer(n + 3, h, v, bias=bias)
+    rows = torch.arange(n) + 3  # a subset of the features' rows, as fused_output_loss passes the counted ones
+    assert_scores_like_the_blocks(hidden, weight, b, rows, target[:n], k, smoothing)
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending"])
+def test_every_tile_merged_or_none_after_the_first(order):
+    """Logits that grow (fall) along the vocabulary for every row: each tile beats the running top k
+    (is merged), or none after the first does (every later tile skipped)."""
+    n, h, v = 18, 16, 150
+    direction = F.normalize(torch.randn(h), dim=0)
+    steps = torch.linspace(-3, 3, v) if order == "ascending" else torch.linspace(3, -3, v)
+    weight = steps[:, None] * direction[None, :] + 0.01 * torch.randn(v, h)
+    hidden = direction[None, :] * torch.rand(n, 1) * 4 + 0.01 * torch.randn(n, h)
+    assert_scores_like_the_blocks(hidden, weight, None, torch.arange(n), torch.randint(0, v, (n,)), 10, 0.0)
+
+
+@pytest.mark.parametrize("dtype", [
+    torch.float16,
+    pytest.param(torch.bfloat16, marks=pytest.mark.skipif(
+        DEVICE == "cpu", reason="Triton's interpreter multiplies bf16 tiles as their raw bits (tl.dot off by 1e10)")),
+])
+def test_half_inputs_are_summed_in_float32(dtype):
+    hidden, weight, _, target = layer(20, 32, 64, seed=1)
+    hidden, weight = hidden.to(dtype), weight.to(dtype)
+    assert_scores_like_the_blocks(hidden, weight, None, torch.arange(20), target, 10, 0.0)
+
+
+@pytest.fixture
+def on_chip(monkeypatch):
+    """``fused_output_loss`` takes the on-chip path on any device."""
+    monkeypatch.setattr(output_layer, "_on_chip_kernel", lambda hidden, k: kernels if k <= kernels.MAX_K else None)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean", "none"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_fused_output_loss_on_chip_matches_the_blocks(on_chip, monkeypatch, reduction, bias):
+    hidden, weight, b, target = layer(30, 24, 90, seed=2, bias=bias)
+    target[[3, 17]] = -100
+    row_scale = torch.rand(30) if reduction == "none" else torch.ones(())
+    results = []
+    for path in ("on chip", "blocks"):
+        if path == "blocks":
+            monkeypatch.setattr(output_layer, "_on_chip_kernel", lambda hidden, k: None)
+        inputs = [x if x is None else x.clone().requires_grad_(True) for x in (hidden, weight, b)]
+        out = fused_output_loss(inputs[0], inputs[1], target, "sparse_softmax", k=7, bias=inputs[2],
+                                ignore_index=-100, reduction=reduction, label_smoothing=0.1)
+        (out.loss * row_scale).sum().backward()
+        results.append([out.loss.detach(), out.nll, out.n_dense, out.n_masked] + [x.grad for x in inputs if x is not None])
+    for name, a, b_ in zip(("loss", "nll", "dense", "masked", "grad hidden", "grad weight", "grad bias"), *results):
+        torch.testing.assert_close(a, b_, msg=name)
+    assert (results[0][4][[3, 17]] == 0).all(), "ignored rows have no gradient"
