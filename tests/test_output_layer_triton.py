@@ -54,8 +54,10 @@ def assert_scores_like_the_blocks(hidden, weight, bias, rows, target, k, smoothi
     torch.testing.assert_close(dense(got.classes, got.grad, v), dense(want.classes, want.grad, v), msg="gradient")
 
 
-@pytest.mark.parametrize("n, h, v, k", [(1, 16, 2, 1), (20, 24, 100, 10), (33, 40, 70, 16), (7, 16, 33, 33)])
-@pytest.mark.parametrize("bias, smoothing", [(False, 0.0), (True, 0.1)])
+@pytest.mark.parametrize("n, h, v, k, bias, smoothing", [
+    (1, 16, 2, 1, False, 0.0), (20, 24, 100, 10, False, 0.0), (20, 24, 100, 10, True, 0.1),
+    (33, 40, 70, 16, False, 0.0), (7, 16, 33, 33, True, 0.1),
+])
 def test_kernel_scores_like_linear_then_the_block_scorer(n, h, v, k, bias, smoothing):
     hidden, weight, b, target = layer(n + 3, h, v, bias=bias)
     rows = torch.arange(n) + 3  # a subset of the features' rows, as fused_output_loss passes the counted ones
@@ -91,8 +93,7 @@ def on_chip(monkeypatch):
     monkeypatch.setattr(output_layer, "_on_chip_kernel", lambda hidden, k: kernels if k <= kernels.MAX_K else None)
 
 
-@pytest.mark.parametrize("reduction", ["sum", "mean", "none"])
-@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("reduction, bias", [("sum", False), ("mean", True), ("none", True)])
 def test_fused_output_loss_on_chip_matches_the_blocks(on_chip, monkeypatch, reduction, bias):
     hidden, weight, b, target = layer(30, 24, 90, seed=2, bias=bias)
     target[[3, 17]] = -100
