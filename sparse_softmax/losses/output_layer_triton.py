@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .sparse_softmax_triton import MAX_K, _keys, _unkey
+from .sparse_softmax_triton import MAX_K, _finish_rows, _keys, empty_rows, top_width
 
 #: Tile sizes: rows a program, vocabulary columns a tile, hidden units a dot. Not yet tuned on a GPU.
 BLOCK_M, BLOCK_V, BLOCK_H = 64, 128, 64
@@ -75,25 +75,8 @@ def _sparse_output_layer(h_ptr, h_stride, rows_ptr, w_ptr, w_stride, b_ptr, targ
             best = tl.topk(tl.reshape(tl.join(best, tl.topk(keys, K)), [BLOCK_M, 2 * K]), K)
             kth = tl.min(best, axis=1)
     nll = tl.log(row_sum) + row_max - z_t
-
-    values, classes = _unkey(best)
-    first_k = tl.arange(0, K)[None, :] < k
-    values = tl.where(first_k, values, float("-inf"))
-    largest = tl.max(values, axis=1)
-    lse = tl.log(tl.sum(tl.exp(values - largest[:, None]), axis=1)) + largest
-    loss = lse - z_t
-    if smoothing > 0:
-        mean = tl.sum(tl.where(first_k, values, 0.0), axis=1) / k
-        loss = (1.0 - smoothing) * loss + smoothing * (lse - mean)
-    tl.store(loss_ptr + m, loss, mask=in_rows)
-    tl.store(nll_ptr + m, nll, mask=in_rows)
-    if WANT_GRAD:
-        out = m[:, None] * (k + 1) + tl.arange(0, K)[None, :]
-        keep = in_rows[:, None] & first_k
-        tl.store(classes_ptr + out, classes, mask=keep)
-        tl.store(grad_ptr + out, tl.exp(values - lse[:, None]) - smoothing / k, mask=keep)
-        tl.store(classes_ptr + m * (k + 1) + k, target.to(tl.int64), mask=in_rows)
-        tl.store(grad_ptr + m * (k + 1) + k, tl.zeros([BLOCK_M], tl.float32) + (smoothing - 1.0), mask=in_rows)
+    _finish_rows(best, z_t, nll, m, in_rows, target, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr,
+                 WANT_GRAD, K)
 
 
 def sparse_output_layer_triton(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, target: Tensor,
@@ -101,19 +84,14 @@ def sparse_output_layer_triton(hidden: Tensor, weight: Tensor, bias: Tensor | No
     """Sparse-softmax of the logits ``F.linear(hidden[rows], weight, bias)`` against ``target`` (one per
     row of ``rows``), without forming them: ``SparseChunk`` fields (losses, nll, and with ``want_grad`` the
     gradient as k + 1 (class, value) pairs a row), in float32, for ``k ≤ MAX_K``."""
-    from .sparse_softmax import SparseChunk
-
     n, (v, h) = rows.numel(), weight.shape
     hidden, weight = hidden.contiguous(), weight.contiguous()
-    loss = torch.empty(n, dtype=torch.float32, device=hidden.device)
-    nll = torch.empty_like(loss)
-    classes = torch.empty(n, k + 1, dtype=torch.int64, device=hidden.device) if want_grad else None
-    grad = torch.empty(n, k + 1, dtype=torch.float32, device=hidden.device) if want_grad else None
-    top = max(2, triton.next_power_of_2(k))  # K; a tile must hold at least K columns for its top K
+    out, (classes, grad) = empty_rows(n, k, hidden.device, want_grad)
+    top = top_width(k)  # a tile must hold at least K columns for its top K
     if n:
         _sparse_output_layer[(triton.cdiv(n, BLOCK_M),)](
             hidden, hidden.stride(0), rows, weight, weight.stride(0), weight if bias is None else bias, target,
-            k, float(label_smoothing), loss, nll, loss if classes is None else classes,
-            loss if grad is None else grad, n, v, h, HAS_BIAS=bias is not None, WANT_GRAD=want_grad,
-            IEEE=hidden.dtype == torch.float32, K=top, BLOCK_M=BLOCK_M, BLOCK_V=max(BLOCK_V, top), BLOCK_H=BLOCK_H)
-    return SparseChunk(loss, nll, classes, grad)
+            k, float(label_smoothing), out.loss, out.nll, classes, grad, n, v, h, HAS_BIAS=bias is not None,
+            WANT_GRAD=want_grad, IEEE=hidden.dtype == torch.float32, K=top, BLOCK_M=BLOCK_M,
+            BLOCK_V=max(BLOCK_V, top), BLOCK_H=BLOCK_H)
+    return out
