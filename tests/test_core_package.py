@@ -24,9 +24,9 @@ def _modules() -> list[str]:
 
 
 def _core_modules() -> list[str]:
-    """All but those that need an optional package: the Triton kernel, the Hugging Face adapters."""
+    """All but those that need an optional package: the Triton kernels, the Hugging Face adapters."""
     return [name for name in _modules()
-            if name != "sparse_softmax.losses.as_softmax_triton" and not name.startswith("sparse_softmax.hf")]
+            if not name.endswith("_triton") and not name.startswith("sparse_softmax.hf")]
 
 
 def _python(code: str) -> subprocess.CompletedProcess:
