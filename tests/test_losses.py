@@ -123,6 +123,34 @@ def test_sparse_softmax_label_smoothing_reference(device):
     torch.testing.assert_close(got, torch.tensor(expect, dtype=torch.float64, device=z.device))
 
 
+def test_scale_profile_is_the_loss_of_scaled_logits():
+    """The profile's loss at each scale is sparse_softmax_loss of the logits times that scale (log k at 0), its
+    flat slope the loss's derivative there (a forward difference at a small scale), the rank the count of classes
+    above the target; ignored rows are left out."""
+    z, t = _rand(n=20, v=11, seed=5)
+    t[3] = IGNORE
+    t[7] = z[7].argmax()  # one target that is the argmax (rank 0)
+    k, scales = 4, torch.tensor([0.0, 1e-6, 0.5, 1.0, 2.5], dtype=torch.float64)
+    got = L.scale_profile(z, t, k, scales, ignore_index=IGNORE)
+    valid = t != IGNORE
+    for j, s in enumerate(scales.tolist()):
+        expect = L.sparse_softmax_loss(s * z, t, k, ignore_index=IGNORE, reduction="none")[valid]
+        torch.testing.assert_close(got.loss[:, j], expect if s > 0 else torch.full_like(expect, math.log(k)))
+    torch.testing.assert_close(got.flat_slope, (got.loss[:, 1] - got.loss[:, 0]) / 1e-6, rtol=1e-4, atol=1e-4)
+    ranks = [sum(x > z[i, t[i]].item() for x in z[i].tolist()) for i in range(len(t)) if valid[i]]
+    assert got.rank.tolist() == ranks and 0 in ranks
+
+
+def test_scale_profile_flat_slope_sign_tells_where_the_loss_is_lowest():
+    """Targets that beat the mean of the top k (slope < 0): the loss dips below log k at some scale; targets
+    outside the top k (slope > 0): it only rises from log k."""
+    z = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]], dtype=torch.float64).repeat(2, 1)
+    scales = torch.linspace(0, 3, 31, dtype=torch.float64)
+    got = L.scale_profile(z, torch.tensor([0, 4]), 3, scales)
+    assert got.flat_slope.tolist() == [-1.0, 3.0]
+    assert got.loss[0].min() < math.log(3) - 0.5 and bool((got.loss[1] >= math.log(3)).all())
+
+
 # ----- AS-Softmax -----
 
 @pytest.mark.parametrize("reduction", ["sum", "mean", "none"])

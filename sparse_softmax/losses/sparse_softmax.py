@@ -3,6 +3,8 @@
 ``sparse_softmax_loss`` takes logits and lets autograd through ``topk``; ``sparse_softmax_chunk`` is the
 same loss for a block of rows with its gradient written out explicitly, as ``k + 1`` (class, value)
 pairs per row, which is what ``fused_output_loss`` turns into a sparse backward of the output layer.
+``scale_profile`` tells, for a model's logits, whether training on from there with this loss would sharpen
+them or flatten them (how sparse_softmax collapses when the model does not rank its targets high enough).
 On a GPU both go through a Triton kernel (``sparse_softmax_triton.py``) that finds the top k in the same
 sweep as the log-sum-exp, instead of ``torch.topk``.
 """
@@ -87,6 +89,42 @@ def sparse_softmax_chunk(z: Tensor, target: Tensor, k: int, label_smoothing: flo
         grad.sub_(label_smoothing / k)
     grad = torch.cat([grad, torch.full_like(z_t, label_smoothing - 1.0)], dim=1)
     return SparseChunk(loss, nll, torch.cat([classes, t], dim=1), grad)
+
+
+class ScaleProfile(NamedTuple):
+    """The Sparse-softmax loss of some rows with their logits multiplied by a scale s; counted rows only."""
+
+    loss: Tensor  # (N, S) nats: lse(s · topk(z)) - s · z_t at each scale (log k at s = 0)
+    flat_slope: Tensor  # (N,) the loss's derivative in s at s = 0: mean(topk(z)) - z_t
+    rank: Tensor  # (N,) how many classes score strictly above the target (0: it is the argmax)
+
+
+def scale_profile(logits: Tensor, target: Tensor, k: int, scales: Tensor,
+                  ignore_index: int | None = None) -> ScaleProfile:
+    """How ``sparse_softmax_loss`` of ``logits`` changes with the logits' scale: why it can collapse.
+
+    Multiplying every logit by s > 0 keeps each row's top k, so the loss ``lse(s·z_K) - s·z_t`` is a
+    convex function of s that starts at ``log k`` for s -> 0, whatever the model, with slope
+    ``mean(z_K) - z_t``. Where that slope is >= 0 on average over the data, i.e. the target scores no
+    higher than the mean of the k largest logits, *flat logits are the loss's minimum over scale*: a
+    model trained on with Sparse-softmax from there lowers its loss fastest by shrinking its logits
+    (the norm of its output layer or of the features), and the loss plateaus near ``log k``, where the
+    target's rank no longer matters. Plain softmax has the same form with ``log V`` and the mean over all
+    V classes, which a target almost always beats: it never gains by flattening. A model fine-tuned from
+    a pretrained language-model head ranks its targets high from the start; one trained from scratch, or
+    with a fresh head, does not (docs/experiments.md, "Why sparse_softmax collapses").
+
+    ``scales`` (S,) are the multipliers to evaluate; the loss is computed in float64.
+    """
+    rows = prepare_rows(logits, target, ignore_index, "none")
+    check_range("k", k, 1, logits.shape[1])
+    z = logits[rows.valid].double()
+    t = rows.target[rows.valid, None]
+    z_t = z.gather(1, t)
+    top = z.topk(int(k), dim=-1, sorted=False).values
+    s = scales.to(z)
+    loss = (s[None, :, None] * top[:, None, :]).logsumexp(dim=-1) - s[None, :] * z_t
+    return ScaleProfile(loss, (top.mean(dim=-1, keepdim=True) - z_t).squeeze(1), (z > z_t).sum(dim=-1))
 
 
 def _kernel(logits: Tensor, k: int):
