@@ -14,7 +14,7 @@ CRITERIA = {
 }
 # Shared input/output embeddings: the output layer's weight also gets the embedding gradient.
 MODEL = ["--arch", "transformer_tiny", "--share-all-embeddings"]
-LOGGED = ("loss", "nll_loss", "masked_ratio", "dense_ratio", "as_delta", "sparse_warmup")
+LOGGED = ("loss", "nll_loss", "masked_ratio", "dense_ratio", "as_delta", "sparse_warmup", "flat_slope")
 
 
 def train(data, save_dir, *flags, updates=6):
@@ -38,6 +38,7 @@ def test_logs_equal_the_unfused_run(criterion, toy_data, tmp_path):
         assert [float(r["as_delta"]) for r in fused] == [1.0] * 3 + [0.3] * 3, "warm-up, then δ"
     if criterion == "sparse_softmax":
         assert [float(r["sparse_warmup"]) for r in fused] == [1.0] * 3 + [0.0] * 3, "softmax warm-up, then top k"
+        assert all("flat_slope" in r for r in plain + fused), "logged in the warm-up too, by both paths"
 
 
 def test_a_fused_run_resumes_and_its_checkpoint_decodes(toy_data, tmp_path):

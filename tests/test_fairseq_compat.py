@@ -1,4 +1,5 @@
-"""The fairseq fixes in user_dir.fairseq_compat, and the criterions on half-precision logits."""
+"""The fairseq fixes in user_dir.fairseq_compat, the criterions on half-precision logits, and what the
+sparse_softmax criterion logs of its logits' flat slope."""
 from __future__ import annotations
 
 import numpy as np
@@ -113,3 +114,29 @@ def test_criterion_on_half_precision_logits(name, dtype):
     loss.backward()
     assert half.grad.dtype == dtype and torch.isfinite(half.grad.float()).all()
     assert half.grad[1, 3:].abs().sum() == 0, "padding positions get no gradient"
+
+
+@pytest.mark.parametrize("length", [5, 40])
+def test_sparse_softmax_logs_the_flat_slope_of_counted_rows(length):
+    """``flat_slope`` is mean(top k) - target logit over the counted rows (all of them up to 256, then 256 evenly
+    spaced ones), by brute force over each row's sorted logits; padding rows are never among them."""
+    d = Dictionary()
+    for i in range(20):
+        d.add_symbol(f"w{i}")
+    cfg = CRITERION_DATACLASS_REGISTRY["sparse_softmax"](sentence_avg=False, **CRITERION_ARGS["sparse_softmax"])
+    criterion = CRITERION_REGISTRY["sparse_softmax"].build_criterion(cfg, _Task(d))
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(8, length, len(d), generator=g, dtype=torch.float64)
+    target = torch.randint(4, len(d), (8, length), generator=g)
+    target[1, 3:] = d.pad()
+    logits[1, 3:] = 1e6  # padding rows: they would dominate any mean they entered
+    sample = {"net_input": {}, "target": target, "ntokens": int((target != d.pad()).sum())}
+    _, _, log = criterion(_LogitsModel(logits), sample)
+
+    rows, targets = logits.reshape(-1, len(d)), target.reshape(-1)
+    counted = [i for i in range(len(targets)) if targets[i] != d.pad()]
+    sampled = counted if len(counted) <= 256 else counted[:: len(counted) // 256][:256]
+    k = CRITERION_ARGS["sparse_softmax"]["sparse_topk"]
+    slopes = [sum(sorted(rows[i].tolist(), reverse=True)[:k]) / k - rows[i, targets[i]].item() for i in sampled]
+    assert int(log["n_slope_rows"]) == len(sampled) == min(len(counted), 256)
+    assert float(log["flat_slope_sum"]) == pytest.approx(sum(slopes))
