@@ -162,17 +162,21 @@ def decode(args, data: Path, checkpoint: Path, decoding: str, folder: Path) -> P
     return predictions
 
 
-def train_and_test(args, data: Path, method: str, seed: int) -> dict:
-    """One run (its record cached in its folder, see qg_runs.record) and its valid nll curve."""
+def train_flags(args, loss: list) -> list:
+    """The ``fairseq-train`` flags of a run with the ``loss`` flags (``--criterion ...``): model, optimiser, device."""
     scale = SCALES[args.scale]
-    updates = args.updates or scale["updates"]
-
-    def train(folder: Path) -> None:
-        qg_runs.fairseq_train(data, folder, seed, updates, [
-            "--arch", "transformer", *scale["model"], "--share-all-embeddings", *scale["device"], *METHODS[method],
+    return ["--arch", "transformer", *scale["model"], "--share-all-embeddings", *scale["device"], *loss,
             "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", args.lr or scale["lr"],
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", args.warmup or scale["warmup"],
-            "--dropout", scale["dropout"], "--max-tokens", args.max_tokens], log_interval=10)
+            "--dropout", scale["dropout"], "--max-tokens", args.max_tokens]
+
+
+def train_and_test(args, data: Path, method: str, seed: int) -> dict:
+    """One run (its record cached in its folder, see qg_runs.record) and its valid nll curve."""
+    updates = args.updates or SCALES[args.scale]["updates"]
+
+    def train(folder: Path) -> None:
+        qg_runs.fairseq_train(data, folder, seed, updates, train_flags(args, METHODS[method]), log_interval=10)
 
     return qg_runs.record(args.out / "work" / f"{method}-seed{seed}", method, METHODS[method], seed, train,
                           lambda checkpoint, decoding, folder: decode(args, data, checkpoint, decoding, folder),
@@ -180,7 +184,8 @@ def train_and_test(args, data: Path, method: str, seed: int) -> dict:
                           args.fresh)
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The experiment's options (``sparse_collapse.py`` trains its runs with the same ones)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--du2017-dir", type=Path, default=DEFAULT_DU_DIR,
                         help="Du et al.'s src-/tgt-{dev,test}.txt (default: %(default)s)")
@@ -201,6 +206,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="the source mask also allows this many of the training questions' most frequent "
                         "pieces (0: the sentence's pieces only)")
     parser.add_argument("--fresh", action="store_true", help="re-run runs that already have results")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.question_pieces < 0:
         parser.error(f"--question-pieces: expected a count >= 0, got {args.question_pieces}")

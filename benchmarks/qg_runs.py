@@ -32,10 +32,11 @@ WAYS = {"grouped": "grouped by source (Du et al.'s script)", "per example": "per
 TOPK, PLAIN = "beam 5, top-5 mask", "beam 5"
 
 
-def fairseq_train(data: Path, folder: Path, seed: int, updates: int, flags: list, log_interval: int) -> None:
+def fairseq_train(data: Path, folder: Path, seed: int, updates: int, flags: list, log_interval: int,
+                  keep_all: bool = False) -> None:
     """``fairseq-train`` on ``data`` for ``updates`` updates with ``flags`` (model, loss, optimiser, device): the valid
     split scored ten times along the way (the curves), the JSON log in ``folder/train.log`` (written as it runs),
-    the last checkpoint in ``folder/checkpoints``.
+    the last checkpoint in ``folder/checkpoints`` (with ``keep_all``, the one of each validation too).
 
     A checkpoint with the optimiser's state is saved at each validation, so a run that was stopped goes on from its
     last one, its log appended to the first part's: fairseq seeds dropout by the update number and restores the
@@ -44,7 +45,7 @@ def fairseq_train(data: Path, folder: Path, seed: int, updates: int, flags: list
     restore = resume_point(checkpoints)
     run([BIN / "fairseq-train", data, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq", *flags,
          "--seed", seed, "--max-update", updates, "--validate-interval-updates", interval,
-         "--save-interval-updates", interval, "--keep-interval-updates", 1, "--save-dir", checkpoints,
+         "--save-interval-updates", interval, "--keep-interval-updates", -1 if keep_all else 1, "--save-dir", checkpoints,
          *(["--restore-file", restore] if restore else []), "--no-epoch-checkpoints", "--log-format", "json",
          "--log-interval", log_interval, "--num-workers", "0"], folder / "train.log", append=restore is not None)
 
