@@ -13,6 +13,7 @@ import pickle
 import re
 import statistics
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
@@ -105,9 +106,26 @@ def record(folder: Path, method: str, flags: list, seed: int, train: Callable[[P
     # a resumed run may validate again an update its first part validated before it was stopped: the last counts
     nll = {int(r["num_updates"]): float(r.get("nll_loss", r["loss"])) for r in json_records(output, "valid")}
     valid = [{"update": update, "nll": value} for update, value in sorted(nll.items())]
-    train_records = json_records(output, "train")
     return {"method": method, "seed": seed, "scores": json.loads(result_file.read_text(encoding="utf-8")),
-            "valid": valid, "wall": float(train_records[-1]["wall"])}
+            "valid": valid, "wall": training_seconds(output)}
+
+
+def training_seconds(log: str) -> float:
+    """The seconds a run trained, from its log's time stamps: each part of the log (one ``fairseq-train``, which
+    opens with its config) from its first line to its last, summed over the parts, so that the time between a
+    stopped run and its resumption does not count. (fairseq's own ``wall`` meter restarts at 0 when a run resumes
+    and stays there.)"""
+    seconds, first, last = 0.0, None, None
+    for line in log.splitlines():
+        stamp = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \|", line)
+        if stamp is None:
+            continue
+        when = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S")
+        if "| fairseq_cli.train | {" in line and last is not None:  # the config of a resumed part
+            seconds += (last - first).total_seconds()
+            first = None
+        first, last = first or when, when
+    return seconds + ((last - first).total_seconds() if last is not None else 0.0)
 
 
 def contradicted(log: str, flags: list) -> list[str]:
@@ -159,7 +177,7 @@ def differences(results: dict[str, list[dict]], way: str, decodings: list[str]) 
 
 
 def training_table(results: dict[str, list[dict]]) -> str:
-    rows = ["| method | final valid nll (base 2) | s of training (fairseq's wall) |", "|---|---|---|"]
+    rows = ["| method | final valid nll (base 2) | s of training (from the log's times) |", "|---|---|---|"]
     for method, runs in results.items():
         rows.append(f"| {method} | {mean_sd([r['valid'][-1]['nll'] for r in runs])} "
                     f"| {statistics.mean(r['wall'] for r in runs):.0f} |")

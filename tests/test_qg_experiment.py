@@ -135,6 +135,19 @@ def test_negative_question_pieces_is_one_line_error(tmp_path):
     assert proc.returncode == 2 and "--question-pieces: expected a count >= 0, got -1" in proc.stderr.splitlines()[-1]
 
 
+def test_training_seconds_add_up_the_parts_of_a_resumed_run():
+    """From the time stamps: each fairseq-train of the log from its config line to its last line, without the time
+    between a stopped part and its resumption, nor lines without a stamp."""
+    log = ("2026-01-01 10:00:00 | INFO | fairseq_cli.train | {'_name': None}\n"
+           '2026-01-01 10:01:40 | INFO | train_inner | {"wall": "100"}\n'
+           "Traceback (most recent call last): the machine stopped\n"
+           "2026-01-01 12:00:00 | INFO | fairseq_cli.train | {'_name': None}\n"
+           '2026-01-01 12:00:30 | INFO | train_inner | {"wall": "0"}\n'
+           "2026-01-01 12:01:00 | INFO | fairseq_cli.train | done training in 59.8 seconds\n")
+    assert qg_runs.training_seconds(log) == 100 + 60
+    assert qg_runs.training_seconds(log.split("Traceback")[0]) == 100 and qg_runs.training_seconds("") == 0
+
+
 def test_a_stopped_run_goes_on_from_its_last_checkpoint_to_the_same_result(experiment, tmp_path):
     """The cross_entropy run killed after its first checkpoint, then the same command again: it resumes there (fairseq
     says so in the log) and ends where the uninterrupted run ended, the same valid curve and test scores."""
@@ -203,11 +216,12 @@ def test_a_run_made_again_for_changed_flags_starts_a_new_log(tmp_path):
             (into / "checkpoints").mkdir(exist_ok=True)
             (into / "checkpoints" / "checkpoint_last.pt").write_text("weights")
             with (into / "train.log").open("a") as log:  # fairseq-train appends, as a resumed run needs
-                log.write(f"| fairseq_cli.train | {{'criterion': {{'_name': 'as_softmax', 'as_delta': 0.3, "
-                          f"'as_warmup_ratio': {warmup}}}}}\n"
+                log.write(f"2026-01-01 10:00:00 | INFO | fairseq_cli.train | {{'criterion': {{'_name': "
+                          f"'as_softmax', 'as_delta': 0.3, 'as_warmup_ratio': {warmup}}}}}\n"
                           f'| valid | {{"valid_loss": "5.0", "valid_nll_loss": "{4 + warmup}", '
                           f'"valid_num_updates": "10"}}\n'
-                          f'| train | {{"loss": "5.0", "wall": "{10 + warmup}"}}\n| done training\n')
+                          f'2026-01-01 10:00:{10 * warmup:02.0f} | INFO | train | {{"loss": "5.0"}}\n'
+                          '| done training\n')
         return train
 
     def decode(checkpoint: Path, decoding: str, into: Path) -> Path:
@@ -220,6 +234,6 @@ def test_a_run_made_again_for_changed_flags_starts_a_new_log(tmp_path):
     again = qg_runs.record(folder, "as_softmax", flags, 1, train_with(0.1), *args)
     log = (folder / "train.log").read_text()
     assert runs == [0.3, 0.1] and log.count("fairseq_cli.train") == 1 and qg_runs.contradicted(log, flags) == []
-    assert again["valid"] == [{"update": 10, "nll": 4.1}] and again["wall"] == 10.1
+    assert again["valid"] == [{"update": 10, "nll": 4.1}] and again["wall"] == 1
     qg_runs.record(folder, "as_softmax", flags, 1, train_with(0.1), *args)
     assert runs == [0.3, 0.1], "a record made with the method's flags is read, not run again"
