@@ -119,21 +119,21 @@ def table(runs: list[dict], k: int) -> str:
 
 
 def plot(runs: list[dict], k: int, path: Path) -> None:
-    """The flat slope and the valid Sparse-softmax loss of every run by update, and cross-entropy's checkpoints'
-    Sparse-softmax loss by logit scale."""
-    fig, (slopes, losses, scales) = pyplot().subplots(1, 3, figsize=(17, 4.5))
+    """The flat slope, the valid Sparse-softmax loss and how often the target is the argmax, for every run by update,
+    and cross-entropy's checkpoints' Sparse-softmax loss by logit scale."""
+    fig, (slopes, losses, argmax, scales) = pyplot().subplots(1, 4, figsize=(22, 4.5))
     for index, run in enumerate(runs):
         updates = [p["update"] for p in run["probes"]]
-        slopes.plot(updates, [p["flat_slope"] for p in run["probes"]], "o-", color=f"C{index}", label=run["name"])
-        losses.plot(updates, [p["sparse_loss"] for p in run["probes"]], "o-", color=f"C{index}", label=run["name"])
-        if run["switch"]:
-            for axis in (slopes, losses):
+        for axis, key in ((slopes, "flat_slope"), (losses, "sparse_loss"), (argmax, "top1")):
+            axis.plot(updates, [p[key] for p in run["probes"]], "o-", color=f"C{index}", label=run["name"])
+            if run["switch"]:
                 axis.axvline(run["switch"], color=f"C{index}", linestyle=":", alpha=0.6)
     slopes.axhline(0, color="black", linewidth=0.8)
     slopes.set(title="flat slope: mean(top-k logits) − target logit\n(> 0: flat logits are the sparse loss's best)",
                xlabel="update (dotted: end of the softmax warm-up)", ylabel="nats")
     losses.axhline(math.log2(k), color="black", linewidth=0.8, linestyle="--", label=f"log2 {k}: flat logits")
     losses.set(title=f"valid Sparse-softmax loss (k = {k})", xlabel="update", ylabel="bits")
+    argmax.set(title="valid: the target is the argmax (the ranking)", xlabel="update", ylabel="share of tokens")
     base = next(run for run in runs if run["name"] == "cross_entropy")
     colours = pyplot().cm.viridis([i / max(1, len(base["probes"]) - 1) for i in range(len(base["probes"]))])
     for colour, p in zip(colours, base["probes"]):
@@ -143,7 +143,7 @@ def plot(runs: list[dict], k: int, path: Path) -> None:
     scales.axvline(1, color="grey", linewidth=0.8)
     scales.set(title="cross_entropy's checkpoints: Sparse-softmax loss\nwith the logits multiplied by s",
                xlabel="s (1: the model as it is)", ylabel="bits")
-    for axis in (slopes, losses, scales):
+    for axis in (slopes, losses, argmax, scales):
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
     fig.tight_layout()
