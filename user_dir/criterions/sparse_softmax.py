@@ -84,9 +84,9 @@ def flat_slope(batch, k: int) -> dict[str, torch.Tensor]:
 
     ``mean(topk(z)) - z_t`` is the derivative of the Sparse-softmax loss in a common scale of the logits as that
     scale goes to 0 (``sparse_softmax.losses.scale_profile``): while it is positive on average, flat logits score
-    ``log k``, lower than the model's own, and training on lowers the loss by flattening them. A run that collapses
-    shows it positive and its loss near log2 k bits; logged in the softmax warm-up too, it tells when the model
-    ranks its targets high enough for the top k to take over."""
+    ``log k``, lower than the model's own, and training on lowers the loss by flattening them: a run that collapses
+    shows it positive while its loss falls to about log2 k bits. Logged in the softmax warm-up too, it tells when
+    the model ranks its targets high enough for the top k to take over (docs/criterions.md)."""
     rows = torch.arange(batch.target.size(0), device=batch.target.device)
     if batch.ignore_index is not None:
         rows = rows[batch.target != batch.ignore_index]
