@@ -209,6 +209,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def checked_data(parser: argparse.ArgumentParser, args) -> Path:
+    """``prepare(args)``, or ``parser``'s one-line error where Du's files are missing or misaligned."""
+    missing = [name for name in DU_FILES if not (args.du2017_dir / name).is_file()]
+    if missing:
+        parser.error(f"--du2017-dir {args.du2017_dir}: no {missing[0]} "
+                     "(expected Du et al.'s src-/tgt-{dev,test}.txt)")
+    try:
+        return prepare(args)
+    except ValueError as err:
+        parser.error(str(err))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -216,14 +228,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--question-pieces: expected a count >= 0, got {args.question_pieces}")
     if not 0 < args.valid_fraction < 1:
         parser.error(f"--valid-fraction: expected a number between 0 and 1, got {args.valid_fraction}")
-    missing = [name for name in DU_FILES if not (args.du2017_dir / name).is_file()]
-    if missing:
-        parser.error(f"--du2017-dir {args.du2017_dir}: no {missing[0]} "
-                     "(expected Du et al.'s src-/tgt-{dev,test}.txt)")
-    try:
-        data = prepare(args)
-    except ValueError as err:
-        parser.error(str(err))
+    data = checked_data(parser, args)
     args.allowed = question_pieces(data, args.question_pieces)
     results: dict[str, list[dict]] = {m: [] for m in args.methods}
     jobs = [(m, s) for s in args.seeds for m in args.methods]  # interleaved: machine noise hits every method

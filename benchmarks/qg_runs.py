@@ -46,7 +46,8 @@ def fairseq_train(data: Path, folder: Path, seed: int, updates: int, flags: list
     restore = resume_point(checkpoints)
     run([BIN / "fairseq-train", data, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq", *flags,
          "--seed", seed, "--max-update", updates, "--validate-interval-updates", interval,
-         "--save-interval-updates", interval, "--keep-interval-updates", -1 if keep_all else 1, "--save-dir", checkpoints,
+         "--save-interval-updates", interval, "--keep-interval-updates", -1 if keep_all else 1,
+         "--save-dir", checkpoints,
          *(["--restore-file", restore] if restore else []), "--no-epoch-checkpoints", "--log-format", "json",
          "--log-interval", log_interval, "--num-workers", "0"], folder / "train.log", append=restore is not None)
 

@@ -101,7 +101,8 @@ def run_and_probe(args, qg_args, data: Path, name: str, flags: list, warmup: flo
                               log_interval=10, keep_all=True)
         probes = [{"update": update, **probe(path, data, args.k, int(qg_args.max_tokens))}
                   for update, path in checkpoints(folder / "checkpoints")]
-        record.write_text(json.dumps({"flags": [str(f) for f in flags], "probes": probes}, indent=1), encoding="utf-8")
+        record.write_text(json.dumps({"flags": [str(f) for f in flags], "probes": probes}, indent=1),
+                          encoding="utf-8")
         qg_runs.delete_weights(folder)
     return {"name": name, "probes": json.loads(record.read_text(encoding="utf-8"))["probes"],
             "switch": math.ceil(warmup * updates) if warmup else None}  # how many updates train softmax
@@ -169,13 +170,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--k: expected a count >= 1, got {args.k}")
     if any(not 0 < w < 1 for w in args.warmups):
         parser.error(f"--warmups: expected shares between 0 and 1, got {args.warmups}")
-    missing = [name for name in qg_experiment.DU_FILES if not (args.du2017_dir / name).is_file()]
-    if missing:
-        parser.error(f"--du2017-dir {args.du2017_dir}: no {missing[0]} (expected Du et al.'s src-/tgt-{{dev,test}}.txt)")
     qg_args = qg_experiment.build_parser().parse_args(
         ["--du2017-dir", str(args.du2017_dir), "--out", str(args.out), "--scale", args.scale,
          *(["--updates", str(args.updates)] if args.updates else [])])
-    data = qg_experiment.prepare(qg_args)
+    data = qg_experiment.checked_data(parser, qg_args)
     jobs = methods(args.k, args.warmups)
     runs = [run_and_probe(args, qg_args, data, name, flags, warmup)
             for name, (flags, warmup) in tqdm(jobs.items(), desc="runs", unit="run")]

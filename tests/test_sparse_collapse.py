@@ -80,12 +80,18 @@ def test_loss_by_scale_starts_at_log_k_and_its_minimum_is_reported(collapse):
 def test_table_plot_and_a_second_run_reads_the_records(collapse):
     table = (collapse / "results.md").read_text(encoding="utf-8")
     assert table.startswith("`python benchmarks/sparse_collapse.py --du2017-dir")
-    assert table.count("| sparse_softmax after 50% softmax | ") == len(runs(collapse)["sparse_softmax after 50% softmax"]["probes"])
+    warm = runs(collapse)["sparse_softmax after 50% softmax"]
+    assert table.count("| sparse_softmax after 50% softmax | ") == len(warm["probes"])
     assert (collapse / "probes.png").stat().st_size > 10_000
     assert not list(collapse.glob("work/*/checkpoints/*.pt")), "the weights are deleted once probed"
 
 
-def test_bad_warmup_is_one_line_error(tmp_path):
+def test_bad_input_is_one_line_error(tmp_path):
     proc = run_script("benchmarks/sparse_collapse.py", "--warmups", "1.5", "--out", tmp_path, check=False)
     assert proc.returncode == 2 and "--warmups: expected shares between 0 and 1" in proc.stderr.splitlines()[-1]
+    (tmp_path / "du").mkdir()
+    (tmp_path / "du" / "src-dev.txt").write_text("a b\n")
+    proc = run_script("benchmarks/sparse_collapse.py", "--du2017-dir", tmp_path / "du", "--out", tmp_path / "out",
+                      check=False)
+    assert proc.returncode == 2 and "no tgt-dev.txt (expected Du et al.'s" in proc.stderr.splitlines()[-1]
     assert "Traceback" not in proc.stderr
