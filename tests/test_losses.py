@@ -125,8 +125,8 @@ def test_sparse_softmax_label_smoothing_reference(device):
 
 def test_scale_profile_is_the_loss_of_scaled_logits():
     """The profile's loss at each scale is sparse_softmax_loss of the logits times that scale (log k at 0), its
-    flat slope the loss's derivative there (a forward difference at a small scale), the rank the count of classes
-    above the target; ignored rows are left out."""
+    flat slope the loss's derivative there (a forward difference at a small scale; ``flat_slope`` alone gives the
+    same), the rank the count of classes above the target; ignored rows are left out."""
     z, t = _rand(n=20, v=11, seed=5)
     t[3] = IGNORE
     t[7] = z[7].argmax()  # one target that is the argmax (rank 0)
@@ -139,6 +139,7 @@ def test_scale_profile_is_the_loss_of_scaled_logits():
     torch.testing.assert_close(got.flat_slope, (got.loss[:, 1] - got.loss[:, 0]) / 1e-6, rtol=1e-4, atol=1e-4)
     ranks = [sum(x > z[i, t[i]].item() for x in z[i].tolist()) for i in range(len(t)) if valid[i]]
     assert got.rank.tolist() == ranks and 0 in ranks
+    torch.testing.assert_close(L.flat_slope(z, t, k, ignore_index=IGNORE), got.flat_slope, rtol=0, atol=0)
 
 
 def test_scale_profile_flat_slope_sign_tells_where_the_loss_is_lowest():

@@ -116,15 +116,26 @@ def scale_profile(logits: Tensor, target: Tensor, k: int, scales: Tensor,
 
     ``scales`` (S,) are the multipliers to evaluate; the loss is computed in float64.
     """
-    rows = prepare_rows(logits, target, ignore_index, "none")
-    check_range("k", k, 1, logits.shape[1])
-    z = logits[rows.valid].double()
-    t = rows.target[rows.valid, None]
-    z_t = z.gather(1, t)
-    top = z.topk(int(k), dim=-1, sorted=False).values
+    z, z_t, top = _counted_top(logits, target, k, ignore_index)
     s = scales.to(z)
     loss = (s[None, :, None] * top[:, None, :]).logsumexp(dim=-1) - s[None, :] * z_t
     return ScaleProfile(loss, (top.mean(dim=-1, keepdim=True) - z_t).squeeze(1), (z > z_t).sum(dim=-1))
+
+
+def flat_slope(logits: Tensor, target: Tensor, k: int, ignore_index: int | None = None) -> Tensor:
+    """``scale_profile``'s flat slope alone, ``mean(topk(z)) - z_t`` per counted row in float64: what a training
+    run can afford to log every batch (no scaled losses, no rank over all V classes)."""
+    _, z_t, top = _counted_top(logits, target, k, ignore_index)
+    return (top.mean(dim=-1, keepdim=True) - z_t).squeeze(1)
+
+
+def _counted_top(logits: Tensor, target: Tensor, k: int, ignore_index: int | None) -> tuple[Tensor, Tensor, Tensor]:
+    """The counted rows' logits, target logits ``(N, 1)`` and top k, in float64."""
+    rows = prepare_rows(logits, target, ignore_index, "none")
+    check_range("k", k, 1, logits.shape[1])
+    z = logits[rows.valid].double()
+    z_t = z.gather(1, rows.target[rows.valid, None])
+    return z, z_t, z.topk(int(k), dim=-1, sorted=False).values
 
 
 def _kernel(logits: Tensor, k: int):

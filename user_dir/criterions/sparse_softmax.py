@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from fairseq.criterions import register_criterion
 from omegaconf import II
 
-from sparse_softmax.losses import scale_profile, softmax_loss, sparse_softmax_loss
+from sparse_softmax.losses import flat_slope, softmax_loss, sparse_softmax_loss
 from sparse_softmax.schedules import in_warmup
 
 from ..fairseq_compat import num_updates
@@ -48,7 +48,7 @@ SLOPE_ROWS = 256
 @register_criterion("sparse_softmax", dataclass=SparseSoftmaxConfig)
 class SparseSoftmaxCriterion(LossCriterion):
     # sparse_warmup: the share of rows trained with plain softmax (1 during the warm-up, then 0);
-    # flat_slope: mean(topk(z)) - z_t in nats, > 0 while the loss is lowest for flat logits (see flat_slope)
+    # flat_slope: mean(topk(z)) - z_t in nats, > 0 while the loss is lowest for flat logits (see slope_counts)
     ratios = {"sparse_warmup": ("n_warmup_rows", "n_rows"), "flat_slope": ("flat_slope_sum", "n_slope_rows")}
 
     def __init__(self, cfg: SparseSoftmaxConfig, task):
@@ -67,7 +67,7 @@ class SparseSoftmaxCriterion(LossCriterion):
         warm = in_warmup(cfg.sparse_warmup_ratio, cfg.max_update or 0, num_updates(model))
         eps = cfg.label_smoothing  # over the k kept classes; in the warm-up all are kept: plain smoothing
         k = min(cfg.sparse_topk, batch.num_classes)  # top-V of V classes is the full softmax, exactly
-        counts = {"n_warmup_rows": batch.n_rows if warm else batch.n_rows * 0, **flat_slope(batch, k)}
+        counts = {"n_warmup_rows": batch.n_rows if warm else batch.n_rows * 0, **slope_counts(batch, k)}
         if batch.features is not None:
             out = (self.fused_loss(batch, reduction, "cross_entropy", label_smoothing=eps) if warm
                    else self.fused_loss(batch, reduction, "sparse_softmax", k=k, label_smoothing=eps))
@@ -79,11 +79,11 @@ class SparseSoftmaxCriterion(LossCriterion):
 
 
 @torch.no_grad()
-def flat_slope(batch, k: int) -> dict[str, torch.Tensor]:
+def slope_counts(batch, k: int) -> dict[str, torch.Tensor]:
     """The flat slope of up to ``SLOPE_ROWS`` of the batch's counted rows (summed) and their number.
 
     ``mean(topk(z)) - z_t`` is the derivative of the Sparse-softmax loss in a common scale of the logits as that
-    scale goes to 0 (``sparse_softmax.losses.scale_profile``): while it is positive on average, flat logits score
+    scale goes to 0 (``sparse_softmax.losses.flat_slope``): while it is positive on average, flat logits score
     ``log k``, lower than the model's own, and training on lowers the loss by flattening them: a run that collapses
     shows it positive while its loss falls to about log2 k bits. Logged in the softmax warm-up too, it tells when
     the model ranks its targets high enough for the top k to take over (docs/criterions.md)."""
@@ -95,5 +95,5 @@ def flat_slope(batch, k: int) -> dict[str, torch.Tensor]:
         logits = batch.logits[rows]
     else:
         logits = F.linear(batch.features[rows], batch.projection.weight, batch.projection.bias)
-    slope = scale_profile(logits, batch.target[rows], k, logits.new_zeros(0)).flat_slope
+    slope = flat_slope(logits, batch.target[rows], k)
     return {"flat_slope_sum": slope.sum(), "n_slope_rows": rows.new_tensor(rows.numel())}
