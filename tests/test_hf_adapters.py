@@ -65,6 +65,22 @@ def test_a_loss_is_the_sum_over_labelled_rows_divided_by_the_batchs_items(name, 
     assert TrainerLoss(name, **options)(outputs, labels) == pytest.approx(mean.item())
 
 
+def test_sparse_softmax_adds_up_the_flat_slope_of_labelled_rows_in_training_only():
+    """mean(top k) − target logit, by brute force over every labelled row (fewer than the 256 sampled); nothing
+    added without gradients (evaluation)."""
+    outputs, labels = _outputs(3, 7, VOCAB), _labels(3, 7, VOCAB)
+    loss = TrainerLoss("sparse_softmax", k=5)
+    with torch.no_grad():
+        loss(outputs, labels)
+    assert loss.totals == {}
+    loss(outputs, labels, torch.tensor(18))
+    slopes = [sorted(z.tolist())[-5:] for z in outputs["logits"].reshape(-1, VOCAB)]
+    slopes = [sum(top) / 5 - float(z[t]) for top, z, t in zip(slopes, outputs["logits"].reshape(-1, VOCAB),
+                                                            labels.reshape(-1)) if t != -100]
+    assert len(slopes) == 18 and int(loss.totals["slope_rows"]) == 18
+    assert float(loss.totals["slope_sum"]) == pytest.approx(sum(slopes))
+
+
 def test_multi_label_items_are_rows():
     logits = torch.randn(4, 6, dtype=torch.float64)
     labels = (torch.rand(4, 6) < 0.4).float()
@@ -163,6 +179,7 @@ def test_causal_lm_trains_with_sparse_softmax_and_its_warmup(tmp_path):
 
     logs, _ = _train(model, rows, loss, LossScheduleCallback(loss), Phase(), tmp_path=tmp_path)
     assert seen == [True] * 6 + [False] * 6 and _falls(logs[:6])
+    assert all(math.isfinite(r["flat_slope"]) for r in logs), "logged in the warm-up and after"
 
 
 def test_seq2seq_trains_with_as_softmax_annealing_and_logs_delta(tmp_path):

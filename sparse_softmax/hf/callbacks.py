@@ -2,9 +2,10 @@
 
 - ``LossScheduleCallback(loss)``: gives the loss the update count and the run's length before each update (the
   warm-ups and δ annealing read them: a resumed run, whose ``global_step`` is restored, continues them) and adds
-  ``as_delta`` and ``masked_ratio`` (the AS losses) to each training record of ``trainer.state.log_history``.
-  (The Trainer prints and reports a record before the callbacks it was given see it, so these two are in the
-  history and ``trainer_state.json``, not in the printed line.)
+  ``as_delta`` and ``masked_ratio`` (the AS losses) or ``flat_slope`` (sparse_softmax: nats, positive while flat
+  logits beat the model's on its loss, where a run collapses; docs/criterions.md) to each training record of
+  ``trainer.state.log_history``. (The Trainer prints and reports a record before the callbacks it was given see
+  it, so these are in the history and ``trainer_state.json``, not in the printed line.)
 - ``ASSpeedCallback(loss)``: AS-Speed (Lv et al.): after each update the number of micro-batches to accumulate
   follows ``sparse_softmax.schedules.next_accumulation`` from the update's training rows and masked rows, summed
   over all processes first so every process accumulates alike.
@@ -40,10 +41,14 @@ class LossScheduleCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         new = self.new_counts()
-        rows = float(new.get("rows", 0))
-        if rows and state.log_history:
+        if not state.log_history:
+            return
+        rows, slope_rows = float(new.get("rows", 0)), float(new.get("slope_rows", 0))
+        if rows:
             state.log_history[-1].update(as_delta=round(float(new["delta_x_rows"]) / rows, 4),
                                          masked_ratio=round(float(new["masked"]) / rows, 4))
+        if slope_rows:
+            state.log_history[-1]["flat_slope"] = round(float(new["slope_sum"]) / slope_rows, 4)
 
 
 class ASSpeedCallback(TrainerCallback):

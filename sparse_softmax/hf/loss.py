@@ -17,8 +17,9 @@ over the rows. For the multi-label losses an item is a row, not one of its C lab
 
 The schedules (``warmup_ratio``, ``anneal_ratio``) need the update count, which ``LossScheduleCallback``
 (``sparse_softmax.hf.callbacks``) gives the loss. The AS losses also count the training rows they see and mask
-(``totals``), which that callback logs and ``ASSpeedCallback`` steers by; rows seen without gradients
-(evaluation) do not count.
+(``totals``), which that callback logs and ``ASSpeedCallback`` steers by; sparse_softmax adds up the flat slope of
+a sample of its rows there (``sparse_softmax.losses.flat_slope``: positive while the run collapses), which the
+callback logs too. Rows seen without gradients (evaluation) do not count.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import torch
 from torch import Tensor
 
 from .. import losses
+from ..losses import flat_slope, slope_rows
 from ..schedules import as_delta, check_as_schedule, in_warmup
 
 logger = logging.getLogger(__name__)
@@ -100,7 +102,8 @@ class TrainerLoss:
         self.name, self.causal_lm, self.ignore_index, self.options = name, causal_lm, ignore_index, options
         self.warmup_ratio, self.anneal_ratio, self.anneal_from = warmup_ratio, anneal_ratio, anneal_from
         self.update, self.max_update = 0, 0  # set by LossScheduleCallback before each update
-        self.totals: dict[str, Tensor] = {}  # training rows, masked rows, δ × rows, since the start (AS losses)
+        # since the start: training rows, masked rows, δ × rows (AS losses); flat slope sum and rows (sparse_softmax)
+        self.totals: dict[str, Tensor] = {}
         self._warned = False
 
     @property
@@ -137,6 +140,8 @@ class TrainerLoss:
                 self._say_once(f"sparse_softmax: k = {options['k']} >= {logits.size(-1)} classes keeps every class: "
                                "this trains plain softmax cross-entropy")
                 options["k"] = logits.size(-1)
+            if torch.is_grad_enabled():
+                self._add_flat_slope(logits, target, options["k"])
             if in_warmup(self.warmup_ratio, self.max_update, self.update):
                 name, options = "softmax", {"label_smoothing": options.get("label_smoothing", 0.0)}
         elif name in AS_LOSSES:
@@ -149,6 +154,15 @@ class TrainerLoss:
                     self.totals[key] = self.totals.get(key, 0) + value
             out = out.loss
         return out
+
+    @torch.no_grad()
+    def _add_flat_slope(self, logits: Tensor, target: Tensor, k: int) -> None:
+        """Adds the flat slope of a sample of the rows (``sparse_softmax.losses.flat_slope``), in the warm-up too:
+        positive while flat logits beat the model's on the Sparse-softmax loss, where a run collapses."""
+        rows = slope_rows(target, self.ignore_index)
+        for key, value in (("slope_sum", flat_slope(logits[rows], target[rows], k).sum()),
+                           ("slope_rows", rows.new_tensor(rows.numel()))):
+            self.totals[key] = self.totals.get(key, 0) + value
 
     def _rows(self, target: Tensor) -> Tensor:
         """The rows that count: every multi-label row; the others' rows whose label is not ``ignore_index``."""

@@ -129,6 +129,20 @@ def flat_slope(logits: Tensor, target: Tensor, k: int, ignore_index: int | None 
     return (top.mean(dim=-1, keepdim=True) - z_t).squeeze(1)
 
 
+#: Rows a training run measures the flat slope on per batch (evenly spaced): a top k over a few hundred rows costs
+#: nothing beside the batch's loss, and the log averages it over many batches.
+SLOPE_ROWS = 256
+
+
+def slope_rows(target: Tensor, ignore_index: int | None, limit: int = SLOPE_ROWS) -> Tensor:
+    """Indices of up to ``limit`` evenly spaced counted rows of ``target (N,)``: the sample whose ``flat_slope`` a
+    training loop logs (chosen before the logits, so a fused output layer forms them for these rows only)."""
+    rows = torch.arange(target.size(0), device=target.device)
+    if ignore_index is not None:
+        rows = rows[target != ignore_index]
+    return rows[:: max(1, rows.numel() // limit)][:limit]
+
+
 def _counted_top(logits: Tensor, target: Tensor, k: int, ignore_index: int | None) -> tuple[Tensor, Tensor, Tensor]:
     """The counted rows' logits, target logits ``(N, 1)`` and top k, in float64."""
     rows = prepare_rows(logits, target, ignore_index, "none")

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from fairseq.criterions import register_criterion
 from omegaconf import II
 
-from sparse_softmax.losses import flat_slope, softmax_loss, sparse_softmax_loss
+from sparse_softmax.losses import flat_slope, slope_rows, softmax_loss, sparse_softmax_loss
 from sparse_softmax.schedules import in_warmup
 
 from ..fairseq_compat import num_updates
@@ -38,11 +38,6 @@ class SparseSoftmaxConfig(FusedOutputConfig):
                   "check": in_range(0, 1, high_open=True)},
     )
     max_update: int = II("optimization.max_update")
-
-
-#: Rows of a batch the flat slope is measured on (evenly spaced): a top k over a few hundred rows costs nothing
-#: beside the batch's loss, and the log averages it over many batches.
-SLOPE_ROWS = 256
 
 
 @register_criterion("sparse_softmax", dataclass=SparseSoftmaxConfig)
@@ -80,17 +75,14 @@ class SparseSoftmaxCriterion(LossCriterion):
 
 @torch.no_grad()
 def slope_counts(batch, k: int) -> dict[str, torch.Tensor]:
-    """The flat slope of up to ``SLOPE_ROWS`` of the batch's counted rows (summed) and their number.
+    """The flat slope of up to ``SLOPE_ROWS`` (256) of the batch's counted rows (summed) and their number.
 
     ``mean(topk(z)) - z_t`` is the derivative of the Sparse-softmax loss in a common scale of the logits as that
     scale goes to 0 (``sparse_softmax.losses.flat_slope``): while it is positive on average, flat logits score
     ``log k``, lower than the model's own, and training on lowers the loss by flattening them: a run that collapses
     shows it positive while its loss falls to about log2 k bits. Logged in the softmax warm-up too, it tells when
     the model ranks its targets high enough for the top k to take over (docs/criterions.md)."""
-    rows = torch.arange(batch.target.size(0), device=batch.target.device)
-    if batch.ignore_index is not None:
-        rows = rows[batch.target != batch.ignore_index]
-    rows = rows[:: max(1, rows.numel() // SLOPE_ROWS)][:SLOPE_ROWS]
+    rows = slope_rows(batch.target, batch.ignore_index)
     if batch.logits is not None:
         logits = batch.logits[rows]
     else:
