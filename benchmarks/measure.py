@@ -59,7 +59,7 @@ def paired_difference(values: dict[int, float], baseline: dict[int, float]) -> s
     """``values`` minus ``baseline`` on the same seed (both keyed by seed), mean ± sd over the seeds both have, and
     how many: the seed fixes initialisation and data order, so the paired difference is the one to read."""
     differences = [value - baseline[seed] for seed, value in values.items() if seed in baseline]
-    return f"{mean_sd(differences)} ({len(differences)} seeds)"
+    return f"{mean_sd(differences)} ({len(differences)} seed{'' if len(differences) == 1 else 's'})"
 
 
 def json_records(text: str, tag: str) -> list[dict]:
