@@ -16,6 +16,11 @@ def in_warmup(ratio: float, max_update: int, update: int) -> bool:
     return update < ratio * max_update
 
 
+def warmup_end(ratio: float, max_update: int) -> int:
+    """The first update (0-based) after the warm-up of ``in_warmup``: the one that trains the sparse loss first."""
+    return math.ceil(ratio * max_update)
+
+
 def as_delta(delta: float, update: int, max_update: int, warmup_ratio: float = 0.0, anneal_ratio: float = 0.0,
              anneal_from: float = 1.0) -> float:
     """The δ AS-Softmax trains with at update ``update`` (0-based) of ``max_update``.

@@ -78,6 +78,9 @@ def test_the_warmup_resumes_from_a_checkpoint(loss, toy_data, tmp_path):
     else:  # the warm-up trains softmax cross-entropy, which nll_loss also is; then the loss over the top k is lower
         assert all(float(r["loss"]) == float(r["nll_loss"]) for r in before)
         assert all(float(r["loss"]) < float(r["nll_loss"]) for r in after_logs if int(r["num_updates"]) > 10)
+        # a tiny model after 10 updates scores above log k on the top-k loss: told once, at the hand-over
+        told = [run.stdout.count("hands over") for run in (first, second)]
+        assert told == [0, 1] and "warm-up hands over at update 10 " in second.stdout, told
 
 
 def test_as_delta_annealing_through_fairseq_train(toy_data, tmp_path):

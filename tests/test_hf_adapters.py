@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -79,6 +80,21 @@ def test_sparse_softmax_adds_up_the_flat_slope_of_labelled_rows_in_training_only
                                                             labels.reshape(-1)) if t != -100]
     assert len(slopes) == 18 and int(loss.totals["slope_rows"]) == 18
     assert float(loss.totals["slope_sum"]) == pytest.approx(sum(slopes))
+
+
+def test_sparse_softmax_warns_once_when_its_warmup_hands_over_a_model_flat_logits_beat(caplog):
+    """Only at the first update after the warm-up, only in training, once."""
+    logits = torch.arange(VOCAB, dtype=torch.float64).repeat(2, 1)
+    low, high = torch.tensor([0, 1]), torch.tensor([VOCAB - 1, VOCAB - 2])  # the lowest logits, the highest
+    loss = TrainerLoss("sparse_softmax", k=4, warmup_ratio=0.5)
+    loss.max_update, loss.update = 10, 5
+    with torch.no_grad():  # evaluation at the hand-over update, on a model that beats flat logits: not judged
+        loss({"logits": logits}, high)
+    for update in (4, 5, 5, 6):
+        loss.update = update
+        loss({"logits": logits}, low, torch.tensor(2))
+    told = [r.getMessage() for r in caplog.records if "hands over" in r.getMessage()]
+    assert len(told) == 1 and "at update 5 " in told[0]
 
 
 def test_multi_label_items_are_rows():
@@ -166,7 +182,7 @@ def _token_rows(n, length, vocab, seed=0):
     return [torch.randint(3, vocab, (length,), generator=g) for _ in range(n)]
 
 
-def test_causal_lm_trains_with_sparse_softmax_and_its_warmup(tmp_path):
+def test_causal_lm_trains_with_sparse_softmax_and_its_warmup(tmp_path, caplog):
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=32,
                                                                  n_layer=2, n_head=2))
     rows = [{"input_ids": ids, "labels": ids} for ids in _token_rows(8, 10, VOCAB)]
@@ -180,6 +196,13 @@ def test_causal_lm_trains_with_sparse_softmax_and_its_warmup(tmp_path):
     logs, _ = _train(model, rows, loss, LossScheduleCallback(loss), Phase(), tmp_path=tmp_path)
     assert seen == [True] * 6 + [False] * 6 and _falls(logs[:6])
     assert all(math.isfinite(r["flat_slope"]) for r in logs), "logged in the warm-up and after"
+    # The hand-over batch (update 6) is judged whole, so the warning says what its logged loss says: the Trainer
+    # divides by every label of the batch, of which the causal shift scores 9 in 10.
+    bits = logs[6]["loss"] * 10 / 9 / math.log(2)
+    told = [r.getMessage() for r in caplog.records if "hands over" in r.getMessage()]
+    assert len(told) == (bits > 2.0)
+    if told:
+        assert float(re.search(r"scores ([0-9.]+) bits", told[0]).group(1)) == pytest.approx(bits, abs=0.01)
 
 
 def test_seq2seq_trains_with_as_softmax_annealing_and_logs_delta(tmp_path):

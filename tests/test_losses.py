@@ -142,6 +142,21 @@ def test_scale_profile_is_the_loss_of_scaled_logits():
     torch.testing.assert_close(L.flat_slope(z, t, k, ignore_index=IGNORE), got.flat_slope, rtol=0, atol=0)
 
 
+def test_handover_warning_when_flat_logits_beat_the_model():
+    """Silent for a model that scores below log k on the Sparse-softmax loss; for one above it, a line with its
+    loss in bits and its flat slope, each checked against the explicit-loop reference."""
+    z = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]], dtype=torch.float64).repeat(3, 1)
+    assert L.handover_warning(z, torch.tensor([0, 0, 1]), 3, update=7) is None
+    assert L.handover_warning(torch.zeros(2, 5, dtype=torch.float64), torch.tensor([0, 4]), 3, update=7) is None, "flat"
+    target = torch.tensor([4, 3, 0])
+    message = L.handover_warning(z, target, 3, update=7)
+    bits = sum(ref_sparse_row(z[i], int(target[i]), 3) for i in range(3)) / 3 / math.log(2)
+    slope = ((3.0 - 0.0) + (3.0 - 1.0) + (3.0 - 4.0)) / 3
+    assert bits > math.log2(3)
+    assert f"at update 7 a model that scores {bits:.2f} bits" in message and f"flat_slope {slope:+.2f}" in message
+    assert "log2 3 = 1.58" in message and "\n" not in message
+
+
 def test_scale_profile_flat_slope_sign_tells_where_the_loss_is_lowest():
     """Targets that beat the mean of the top k (slope < 0): the loss dips below log k at some scale; targets
     outside the top k (slope > 0): it only rises from log k."""

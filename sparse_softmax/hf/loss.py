@@ -31,8 +31,8 @@ import torch
 from torch import Tensor
 
 from .. import losses
-from ..losses import flat_slope, slope_rows
-from ..schedules import as_delta, check_as_schedule, in_warmup
+from ..losses import flat_slope, handover_warning, slope_rows
+from ..schedules import as_delta, check_as_schedule, in_warmup, warmup_end
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class TrainerLoss:
         self.update, self.max_update = 0, 0  # set by LossScheduleCallback before each update
         # since the start: training rows, masked rows, δ × rows (AS losses); flat slope sum and rows (sparse_softmax)
         self.totals: dict[str, Tensor] = {}
-        self._warned = False
+        self._warned = self._handed_over = False
 
     @property
     def delta(self) -> float:
@@ -141,7 +141,7 @@ class TrainerLoss:
                                "this trains plain softmax cross-entropy")
                 options["k"] = logits.size(-1)
             if torch.is_grad_enabled():
-                self._add_flat_slope(logits, target, options["k"])
+                self._watch_sparse(logits, target, options["k"])
             if in_warmup(self.warmup_ratio, self.max_update, self.update):
                 name, options = "softmax", {"label_smoothing": options.get("label_smoothing", 0.0)}
         elif name in AS_LOSSES:
@@ -156,13 +156,21 @@ class TrainerLoss:
         return out
 
     @torch.no_grad()
-    def _add_flat_slope(self, logits: Tensor, target: Tensor, k: int) -> None:
+    def _watch_sparse(self, logits: Tensor, target: Tensor, k: int) -> None:
         """Adds the flat slope of a sample of the rows (``sparse_softmax.losses.flat_slope``), in the warm-up too:
-        positive while flat logits beat the model's on the Sparse-softmax loss, where a run collapses."""
+        positive while flat logits beat the model's on the Sparse-softmax loss, where a run collapses; on the
+        first update after the warm-up, warns if flat logits beat the model (``handover_warning``)."""
         rows = slope_rows(target, self.ignore_index)
-        for key, value in (("slope_sum", flat_slope(logits[rows], target[rows], k).sum()),
-                           ("slope_rows", rows.new_tensor(rows.numel()))):
+        logits, target = logits[rows], target[rows]
+        slope = flat_slope(logits, target, k)
+        for key, value in (("slope_sum", slope.sum()), ("slope_rows", rows.new_tensor(len(rows)))):
             self.totals[key] = self.totals.get(key, 0) + value
+        handover = self.warmup_ratio and self.update == warmup_end(self.warmup_ratio, self.max_update)
+        if handover and not self._handed_over:
+            self._handed_over = True
+            message = handover_warning(logits, target, k, self.update)
+            if message:
+                logger.warning(message)
 
     def _rows(self, target: Tensor) -> Tensor:
         """The rows that count: every multi-label row; the others' rows whose label is not ``ignore_index``."""

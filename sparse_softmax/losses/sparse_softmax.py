@@ -10,6 +10,7 @@ sweep as the log-sum-exp, instead of ``torch.topk``.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -127,6 +128,27 @@ def flat_slope(logits: Tensor, target: Tensor, k: int, ignore_index: int | None 
     run can afford to log every batch (no scaled losses, no rank over all V classes)."""
     _, z_t, top = _counted_top(logits, target, k, ignore_index)
     return (top.mean(dim=-1, keepdim=True) - z_t).squeeze(1)
+
+
+def handover_warning(logits: Tensor, target: Tensor, k: int, update: int) -> str | None:
+    """What to tell the user when a softmax warm-up ends with a model that flat logits beat on the Sparse-softmax
+    loss (``logits`` and ``target``: a sample of the first batch after it, counted rows only), or None.
+
+    Flat logits score ``log k`` whatever the model knows; a model that scores more gains by flattening its logits
+    as soon as the top k takes over (``scale_profile``: the loss is convex in the logits' scale), whatever its
+    flat slope, and every run measured that handed over such a model collapsed within a few dozen updates: its
+    valid cross-entropy jumped and stayed (docs/experiments.md, "Why sparse_softmax collapses"). One line, said
+    once, when it can still be acted on."""
+    loss = float(sparse_softmax_loss(logits, target, k, reduction="mean"))
+    if loss <= math.log(k):
+        return None
+    slope = float(flat_slope(logits, target, k).mean())
+    return (f"sparse_softmax: the softmax warm-up hands over at update {update} a model that scores "
+            f"{loss / math.log(2):.2f} bits on the Sparse-softmax loss (k = {k}), more than flat logits' "
+            f"log2 {k} = {math.log2(k):.2f} (flat_slope {slope:+.2f}): training on flattens its logits and its "
+            "nll_loss will rise (a collapse; docs/criterions.md, 'Which regime'). sparse_softmax needs a model "
+            "whose output layer already ranks its targets (a pretrained LM head); otherwise train cross_entropy "
+            "or as_softmax")
 
 
 #: Rows a training run measures the flat slope on per batch (evenly spaced): a top k over a few hundred rows costs
