@@ -36,6 +36,7 @@ import qg_experiment
 import qg_runs
 from measure import ROOT, pyplot
 from sparse_softmax.losses import scale_profile
+from sparse_softmax.schedules import warmup_end
 
 #: Logit scales the loss is probed at (1 is the model as it is).
 SCALES = torch.linspace(0.0, 3.0, 61, dtype=torch.float64)
@@ -105,7 +106,7 @@ def run_and_probe(args, qg_args, data: Path, name: str, flags: list, warmup: flo
                           encoding="utf-8")
         qg_runs.delete_weights(folder)
     return {"name": name, "probes": json.loads(record.read_text(encoding="utf-8"))["probes"],
-            "switch": math.ceil(warmup * updates) if warmup else None}  # how many updates train softmax
+            "switch": warmup_end(warmup, updates) if warmup else None}  # how many updates train softmax
 
 
 def table(runs: list[dict], k: int) -> str:
