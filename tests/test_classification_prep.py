@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_DATA, json_logs, run_cli, run_script
+from conftest import SHARED_DATA, json_logs, run_cli, run_script, skip_in_fast_tier
 
 CLINC = SHARED_DATA / "clinc150" / "data_full.json"
 
@@ -52,6 +52,7 @@ def test_clinc150_with_and_without_oos(tmp_path):
 
 
 def test_stock_sentence_prediction_trains_on_the_layout(tmp_path):
+    skip_in_fast_tier("fairseq-train")  # before the prep, which the tests above check
     prep(tmp_path / "out", "--dataset", "clinc150", "--input", tiny_clinc(tmp_path / "d.json"),
          "--spm-vocab-size", "60")
     proc = run_cli("fairseq-train", tmp_path / "out/data-bin", "--task", "sentence_prediction", "--num-classes", "3",

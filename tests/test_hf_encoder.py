@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, SHARED_DATA, json_logs, run_cli, run_script
+from conftest import ROOT, SHARED_DATA, json_logs, run_cli, run_script, skip_in_fast_tier
 from test_text_classification import FILLERS, TOPICS, _conll, _write_split
 
 transformers = pytest.importorskip("transformers")
@@ -273,6 +273,7 @@ def minilm(tmp_path_factory) -> Path:
 def test_pretrained_minilm_beats_the_same_model_with_random_weights(minilm, tmp_path):
     """Ten CLINC150 intents, ten training sentences each, 30 updates: the pretrained weights must carry the
     model far above chance (10 %) and far above the same architecture trained from random weights."""
+    skip_in_fast_tier("fairseq-train")  # before the prep, which the fast tier checks in tests of its own
     full = json.loads(CLINC.read_text(encoding="utf-8"))
     intents = sorted({label for _, label in full["train"]})[:10]
     for split, key, per_intent in (("train", "train", 10), ("valid", "val", 5)):
