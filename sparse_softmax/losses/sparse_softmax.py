@@ -118,7 +118,7 @@ def scale_profile(logits: Tensor, target: Tensor, k: int, scales: Tensor,
     ``scales`` (S,) are the multipliers to evaluate; the loss is computed in float64.
     """
     z, z_t, top = _counted_top(logits, target, k, ignore_index)
-    s = scales.to(z)
+    s = scales.to(top)
     loss = (s[None, :, None] * top[:, None, :]).logsumexp(dim=-1) - s[None, :] * z_t
     return ScaleProfile(loss, (top.mean(dim=-1, keepdim=True) - z_t).squeeze(1), (z > z_t).sum(dim=-1))
 
@@ -166,12 +166,13 @@ def slope_rows(target: Tensor, ignore_index: int | None, limit: int = SLOPE_ROWS
 
 
 def _counted_top(logits: Tensor, target: Tensor, k: int, ignore_index: int | None) -> tuple[Tensor, Tensor, Tensor]:
-    """The counted rows' logits, target logits ``(N, 1)`` and top k, in float64."""
+    """The counted rows' logits (their own dtype), target logits ``(N, 1)`` and top k (both float64: exact copies,
+    so the N × V logits are never cast, which the criterion's every batch would pay for)."""
     rows = prepare_rows(logits, target, ignore_index, "none")
     check_range("k", k, 1, logits.shape[1])
-    z = logits[rows.valid].double()
-    z_t = z.gather(1, rows.target[rows.valid, None])
-    return z, z_t, z.topk(int(k), dim=-1, sorted=False).values
+    z = logits[rows.valid]
+    z_t = z.gather(1, rows.target[rows.valid, None]).double()
+    return z, z_t, z.topk(int(k), dim=-1, sorted=False).values.double()
 
 
 def _kernel(logits: Tensor, k: int):
