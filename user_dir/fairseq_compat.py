@@ -33,18 +33,29 @@
    from scratch, the checkpoint's epoch in a resumed one, which so trains on other batches from then on. Where
    fairseq keeps them, we make them as at epoch 1, so a resumed run is the run that would have run (dropout is
    seeded by the update number already).
+8. A clean exit while batches are being made. fairseq makes batches in a daemon thread
+   (``iterators.BackgroundConsumer``, ``--data-buffer-size`` ahead); a run that stops mid-epoch
+   (``--max-update``, a refused option) leaves it working. If it is inside a torch operation when the
+   interpreter shuts down, that operation's return to Python ends the thread by unwinding through C++
+   code that may not be unwound, and the whole process aborts ("terminate called without an active
+   exception", status 134) after a finished training. At exit we tell those threads to stop after the
+   batch in hand and wait for them.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
-import os
+import queue
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from fairseq import checkpoint_utils
-from fairseq.data import data_utils
+from fairseq.data import data_utils, iterators
 from fairseq.distributed import utils as distributed_utils
 from fairseq.models import BaseFairseqModel
 from fairseq.tasks import FairseqTask
@@ -119,9 +130,7 @@ def _usage_error_exits(main, batch_size_required: bool):
             for folder in made:  # fairseq-train made them before the refusal: leave no trace of the run
                 if folder.is_dir() and not any(folder.iterdir()):
                     folder.rmdir()
-            # Not SystemExit: fairseq's background batch thread may be inside torch when the interpreter
-            # shuts down, which aborts the process (status 134) instead of exiting with 2.
-            os._exit(2)
+            raise SystemExit(2) from None
 
     return wrapper
 
@@ -167,6 +176,36 @@ def _bf16_without_tpu(call_main):
     return wrapper
 
 
+class _BatchThread(iterators.BackgroundConsumer):
+    """fairseq's background batch maker, which stops taking batches from its source once told to."""
+
+    stopping = threading.Event()
+
+    def __init__(self, batches, source, *args, **kwargs):
+        super().__init__(batches, self._until_stopping(source), *args, **kwargs)
+
+    @classmethod
+    def _until_stopping(cls, source):
+        for batch in source:
+            if cls.stopping.is_set():
+                return
+            yield batch
+
+    @classmethod
+    def stop_all(cls, wait: float = 30.0) -> None:
+        """Stop every batch thread and wait (up to ``wait`` seconds in all) until it has ended: registered
+        with ``atexit``, which runs before the interpreter starts to shut down. The threads' queued batches
+        are thrown away, so that a thread blocked on a full queue can put its end-of-data mark."""
+        cls.stopping.set()
+        deadline = time.monotonic() + wait
+        for thread in threading.enumerate():
+            while isinstance(thread, cls) and thread.is_alive() and time.monotonic() < deadline:
+                with contextlib.suppress(queue.Empty):
+                    while True:
+                        thread._queue.get_nowait()
+                thread.join(0.01)
+
+
 def _cli_modules():
     """The fairseq tool modules already imported (the console scripts import theirs before the plugin), with
     their names."""
@@ -187,6 +226,8 @@ def apply() -> None:
     NGramRepeatBlock._no_repeat_ngram = _no_repeat_ngram_on_generated(NGramRepeatBlock._no_repeat_ngram)
     distributed_utils.call_main = _bf16_without_tpu(distributed_utils.call_main)
     FairseqTask.get_batch_iterator = _batches_made_as_at_epoch_1(FairseqTask.get_batch_iterator)
+    iterators.BackgroundConsumer = _BatchThread  # BufferedIterator looks the class up when it starts one
+    atexit.register(_BatchThread.stop_all)
     for name, module in _cli_modules():
         module.main = _usage_error_exits(module.main, name in _BATCH_SIZE_REQUIRED)
     setattr(checkpoint_utils, _APPLIED, True)
