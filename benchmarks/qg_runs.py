@@ -8,6 +8,7 @@ are committed so that seeds can be added later without re-running the others.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import pickle
 import re
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from tqdm import tqdm
 
 from measure import BIN, ROOT, json_records, mean_sd, paired_difference, pyplot, run
 
@@ -75,6 +77,39 @@ def score(predictions: Path, references: Path, sources: Path, grouped: bool) -> 
     return {name: float(scores[name]) for name in SCORES}
 
 
+def add_run_options(parser: argparse.ArgumentParser, methods: dict[str, list]) -> None:
+    """The options every QG experiment has: which runs, and whether to run them again or not at all."""
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--methods", nargs="+", choices=list(methods), default=list(methods))
+    again = parser.add_mutually_exclusive_group()
+    again.add_argument("--fresh", action="store_true", help="re-run runs that already have results")
+    again.add_argument("--table-only", action="store_true",
+                       help="make the tables from the runs of --methods and --seeds already finished; run nothing")
+
+
+def run_folder(out: Path, method: str, seed: int) -> Path:
+    return out / "work" / f"{method}-seed{seed}"
+
+
+def finished(folder: Path, flags: list) -> bool:
+    """Whether the run in ``folder`` has its record, made with the method's present ``flags``."""
+    result_file, train_log = folder / "result.json", folder / "train.log"
+    return result_file.exists() and not contradicted(train_log.read_text("utf-8"), flags)
+
+
+def collect(out: Path, methods: dict[str, list], seeds: list[int], run_one: Callable[[str, int], dict],
+            table_only: bool = False) -> dict[str, list[dict]]:
+    """``run_one(method, seed)`` for every method (name → flags) and seed, seed by seed: seed 1 of every method (the
+    gate) comes first, and machine noise spreads over the methods. With ``table_only``, only the runs already
+    finished: a table of the seeds done so far while the others wait their turn (each row says which seeds it has)."""
+    jobs = [(method, seed) for seed in seeds for method in methods
+            if not table_only or finished(run_folder(out, method, seed), methods[method])]
+    results: dict[str, list[dict]] = {method: [] for method in methods}
+    for method, seed in tqdm(jobs, desc="training runs", unit="run"):
+        results[method].append(run_one(method, seed))
+    return {method: runs for method, runs in results.items() if runs}
+
+
 def record(folder: Path, method: str, flags: list, seed: int, train: Callable[[Path], None],
            decode: Callable[[Path, str, Path], Path], decodings: list[str], references: Path, sources: Path,
            fresh: bool = False) -> dict:
@@ -85,7 +120,8 @@ def record(folder: Path, method: str, flags: list, seed: int, train: Callable[[P
     training goes on from its last checkpoint, one stopped while decoding is decoded again without training again."""
     result_file, train_log = folder / "result.json", folder / "train.log"
     checkpoint = folder / "checkpoints" / "checkpoint_last.pt"
-    if result_file.exists() and not fresh and (changed := contradicted(train_log.read_text("utf-8"), flags)):
+    if result_file.exists() and not fresh and not finished(folder, flags):
+        changed = contradicted(train_log.read_text("utf-8"), flags)
         print(f"note: {folder.name} was run without {', '.join(changed)}: running it again", file=sys.stderr)
         fresh = True
     if not result_file.exists() or fresh:
@@ -147,12 +183,16 @@ def delete_weights(folder: Path) -> None:
         file.unlink()
 
 
+def seed_list(runs: list[dict]) -> str:
+    return ", ".join(str(r["seed"]) for r in runs)
+
+
 def table(results: dict[str, list[dict]], way: str, decodings: list[str]) -> str:
-    rows = [f"| method | decoding | {' | '.join(SCORES)} |", "|---|---|" + "---|" * len(SCORES)]
+    rows = [f"| method | decoding | {' | '.join(SCORES)} | seeds |", "|---|---|" + "---|" * (len(SCORES) + 1)]
     for method, runs in results.items():
         for decoding in decodings:
             cells = [mean_sd([r["scores"][decoding][way][name] for r in runs]) for name in SCORES]
-            rows.append(f"| {method} | {decoding} | {' | '.join(cells)} |")
+            rows.append(f"| {method} | {decoding} | {' | '.join(cells)} | {seed_list(runs)} |")
     return "\n".join(rows)
 
 
@@ -178,10 +218,11 @@ def differences(results: dict[str, list[dict]], way: str, decodings: list[str]) 
 
 
 def training_table(results: dict[str, list[dict]]) -> str:
-    rows = ["| method | final valid nll (base 2) | s of training (from the log's times) |", "|---|---|---|"]
+    rows = ["| method | final valid nll (base 2) | s of training (from the log's times) | seeds |",
+            "|---|---|---|---|"]
     for method, runs in results.items():
         rows.append(f"| {method} | {mean_sd([r['valid'][-1]['nll'] for r in runs])} "
-                    f"| {statistics.mean(r['wall'] for r in runs):.0f} |")
+                    f"| {statistics.mean(r['wall'] for r in runs):.0f} | {seed_list(runs)} |")
     return "\n".join(rows)
 
 
@@ -209,13 +250,13 @@ def plot(results: dict[str, list[dict]], way: str, decodings: list[str], path: P
     fig.savefig(path, dpi=100)
 
 
-def write(out: Path, command: str, results: dict[str, list[dict]], decodings: list[str], seeds: list[int],
-          main_way: str, notes: str) -> None:
+def write(out: Path, command: str, results: dict[str, list[dict]], decodings: list[str], main_way: str,
+          notes: str) -> None:
     """``results.md`` (the command, both tables, paired differences, training, ``notes``), ``runs.json`` and
     ``curves.png`` in ``out``; ``main_way`` is the way of scoring read first (and plotted)."""
     ways = [main_way, *(way for way in WAYS if way != main_way)]
     text = f"`{command.strip()}`\n\n" + "".join(
-        f"Test BLEU / ROUGE-L (%), {WAYS[way]}, mean ± sd over seeds {seeds}:\n\n"
+        f"Test BLEU / ROUGE-L (%), {WAYS[way]}, mean ± sd over each row's seeds:\n\n"
         f"{table(results, way, decodings)}\n\n" for way in ways)
     label = WAYS[main_way]
     text += (f"{label[0].upper()}{label[1:]}, paired by seed (mean ± sd of the per-seed differences):\n\n"

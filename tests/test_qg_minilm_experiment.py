@@ -50,11 +50,11 @@ def run(tmp_path_factory) -> dict:
     squad = synthetic_squad(root / "squad")
     bert = write_tiny_bert(root / "bert", 96, WORDS + ["what", "comes", "after", "?"])
     out = root / "out"
-    run_script("benchmarks/qg_minilm_experiment.py", "--squad-dir", squad, "--model-dir", bert, "--out", out,
-               "--seeds", "1", "--methods", *METHODS, "--scale", "tiny")
+    args = ["--squad-dir", squad, "--model-dir", bert, "--out", out, "--scale", "tiny"]
+    run_script("benchmarks/qg_minilm_experiment.py", *args, "--seeds", "1", "--methods", *METHODS)
     scale = experiment.SCALES["tiny"]
     data = out / "work" / f"data-w{scale['window']}-t{scale['target']}"
-    return {"out": out, "data": data, "bins": data / "eval-bin"}
+    return {"out": out, "data": data, "bins": data / "eval-bin", "args": args}
 
 
 def lines(path: Path) -> list[str]:
@@ -106,6 +106,22 @@ def test_table_notes_and_plot(run):
     assert "- test: 10 questions, 10 written (skipped: none), 6 evenly spaced ones used" in table
     assert "- training: 20 updates of 2 questions = 40 (1.00 epochs)" in table
     assert (out / "curves.png").stat().st_size > 10_000
+
+
+def test_table_only_tabulates_the_finished_runs_and_runs_nothing(run):
+    """Seed 2 and the warm-up method have not run: --table-only leaves them out (nothing is trained, no folder made),
+    keeps the finished runs' rows as they were and says which seeds each row has."""
+    out = run["out"]
+    before = (out / "results.md").read_text()
+    run_script("benchmarks/qg_minilm_experiment.py", *run["args"], "--seeds", "1", "2",
+               "--methods", *METHODS, "sparse_softmax_warmup", "--table-only")
+    table = (out / "results.md").read_text()
+    assert sorted(folder.name for folder in (out / "work").glob("*-seed*")) == [f"{m}-seed1" for m in METHODS]
+    assert "sparse_softmax_warmup" not in table.split("`", 2)[2]  # only in the command line
+    rows = [line for line in table.splitlines() if line.startswith(tuple(f"| {m} |" for m in METHODS))]
+    assert rows == [line for line in before.splitlines() if line.startswith(tuple(f"| {m} |" for m in METHODS))]
+    assert len(rows) == 2 * len(METHODS) * len(experiment.DECODINGS) + len(METHODS)  # both tables and training
+    assert all(row.endswith("| 1 |") for row in rows)
 
 
 def test_a_missing_squad_file_is_one_line_error(tmp_path):
