@@ -105,15 +105,16 @@ def train_two_ranks(*args) -> list[str]:
 
 def run_together(commands: list[list[str]], timeout: float, **popen) -> list[subprocess.CompletedProcess]:
     """Run the commands at once (text mode; ``popen`` as for ``subprocess.Popen``), each in a session of its
-    own, and wait for all. Past ``timeout`` seconds in all, every session is killed before the timeout is
-    raised, so the training jobs a command started die with it instead of running on and slowing the rest of
-    the suite (``subprocess.run``'s timeout kills the command alone and leaves them orphaned)."""
+    own, and wait for all. Past ``timeout`` seconds in all, or when the wait is interrupted (Ctrl-C reaches the
+    terminal's process group, not these sessions), every session is killed before the exception goes on, so the
+    training jobs a command started die with it instead of running on and slowing the rest of the suite, or the
+    machine after it (``subprocess.run``'s timeout kills the command alone and leaves them orphaned)."""
     skip_in_fast_tier(" and ".join(Path(command[0]).name for command in commands))
     procs = [subprocess.Popen(command, text=True, start_new_session=True, **popen) for command in commands]
     deadline = time.monotonic() + timeout
     try:
         outputs = [p.communicate(timeout=max(0.0, deadline - time.monotonic())) for p in procs]
-    except subprocess.TimeoutExpired:
+    except BaseException:
         for p in procs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)

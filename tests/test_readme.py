@@ -236,10 +236,25 @@ def test_readme_commands_run_as_printed(sandbox):
     assert len(re.findall(r"^H-", (sandbox / "qg-gen.txt").read_text(), re.M)) == 10 + 4  # 10 sentences, 4 twice
 
 
-def test_a_block_past_its_timeout_takes_its_jobs_with_it(tmp_path):
-    """Killing only the block's bash would leave the training it started running through the rest of the suite."""
+@pytest.mark.parametrize("stop", [subprocess.TimeoutExpired, KeyboardInterrupt])
+def test_a_stopped_block_takes_its_jobs_with_it(tmp_path, monkeypatch, stop):
+    """Killing only the block's bash would leave the training it started running through the rest of the suite
+    (past the block's timeout), or on after the suite (Ctrl-C, which the block's own session does not get)."""
     pid_file = tmp_path / "job.pid"
-    with pytest.raises(subprocess.TimeoutExpired):
+    if stop is KeyboardInterrupt:  # the user presses Ctrl-C while the block's job runs
+        communicate = subprocess.Popen.communicate
+
+        def interrupted(self, *args, timeout=None, **kwargs):
+            if timeout is None:  # run_together reaping the killed session
+                return communicate(self, *args, **kwargs)
+            for _ in range(100):
+                if pid_file.exists() and pid_file.read_text().strip():
+                    raise KeyboardInterrupt
+                time.sleep(0.1)
+            pytest.fail("the block's job did not start")
+
+        monkeypatch.setattr(subprocess.Popen, "communicate", interrupted)
+    with pytest.raises(stop):
         run_together([["bash", "-c", f"sleep 600 > /dev/null 2>&1 & echo $! > {pid_file}; wait"]], timeout=2,
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     job = int(pid_file.read_text())
@@ -250,7 +265,7 @@ def test_a_block_past_its_timeout_takes_its_jobs_with_it(tmp_path):
         time.sleep(0.1)
     else:
         os.kill(job, signal.SIGKILL)
-        pytest.fail("the block's background job was still running after its timeout")
+        pytest.fail(f"the block's background job was still running after {stop.__name__}")
 
 
 def test_blocks_not_run_say_why():
