@@ -120,8 +120,7 @@ def record(folder: Path, method: str, flags: list, seed: int, train: Callable[[P
     training goes on from its last checkpoint, one stopped while decoding is decoded again without training again."""
     result_file, train_log = folder / "result.json", folder / "train.log"
     checkpoint = folder / "checkpoints" / "checkpoint_last.pt"
-    if result_file.exists() and not fresh and not finished(folder, flags):
-        changed = contradicted(train_log.read_text("utf-8"), flags)
+    if result_file.exists() and not fresh and (changed := contradicted(train_log.read_text("utf-8"), flags)):
         print(f"note: {folder.name} was run without {', '.join(changed)}: running it again", file=sys.stderr)
         fresh = True
     if not result_file.exists() or fresh:
