@@ -14,7 +14,7 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # read when the kernel is decorated, i.e. at its import below
 pytest.importorskip("triton", reason="Triton is not installed")
 
-from sparse_softmax.losses import fused_output_loss, sparse_softmax_loss  # noqa: E402
+from sparse_softmax.losses import fused_output_loss, output_layer, sparse_softmax_loss  # noqa: E402
 from sparse_softmax.losses import sparse_softmax as sparse_module  # noqa: E402
 from sparse_softmax.losses import sparse_softmax_triton as kernels  # noqa: E402
 from sparse_softmax.losses.sparse_softmax import _SparseRows, sparse_softmax_chunk  # noqa: E402
@@ -57,10 +57,13 @@ def test_kernel_matches_the_pytorch_rows(n, v, k, smoothing):
 
 
 @pytest.mark.parametrize("order", ["ascending", "descending", "random"])
-def test_kernel_across_many_blocks(monkeypatch, order):
+@pytest.mark.parametrize("insert_limit", [0, 4, 64])
+def test_kernel_across_many_blocks(monkeypatch, order, insert_limit):
     """Small blocks, so a row spans many: ascending logits put every block's top ahead of the running top k
-    (a merge each block), descending ones none after the first (every later block skipped)."""
+    (a merge each block), descending ones none after the first (every later block skipped); the candidates
+    are merged by sorting (limit 0), by insertion (64: a block's every column) or by either."""
     monkeypatch.setattr(kernels, "BLOCK", 16)
+    monkeypatch.setattr(kernels, "INSERT_LIMIT", insert_limit)
     z, target = rows_of(5, 16 * 9 + 5, seed=1)
     if order != "random":
         z = z.sort(dim=1, descending=order == "descending").values
@@ -100,15 +103,17 @@ def test_scattered_backward_gradchecks_in_float64():
 
 @pytest.fixture
 def kernel_everywhere(monkeypatch):
-    """``sparse_softmax_loss`` and ``sparse_softmax_chunk`` take the kernel path on any device."""
+    """``sparse_softmax_loss`` and ``sparse_softmax_chunk`` take the kernel path on any device, and the fused
+    layer its blocks (on CUDA it would take the on-chip kernel of test_output_layer_triton.py instead)."""
     monkeypatch.setattr(sparse_module, "_kernel", lambda logits, k: kernels if k <= kernels.MAX_K else None)
+    monkeypatch.setattr(output_layer, "_on_chip_kernel", lambda hidden, k: None)
 
 
 @pytest.mark.parametrize("reduction", ["sum", "mean", "none"])
 def test_loss_with_the_kernel_matches_autograd_through_topk(kernel_everywhere, monkeypatch, reduction):
-    z, target = rows_of(10, 50, seed=5)
+    z, target = (x.to(KERNEL_DEVICE) for x in rows_of(10, 50, seed=5))
     target[4] = -100
-    weights = torch.rand(10) if reduction == "none" else torch.ones(())
+    weights = (torch.rand(10) if reduction == "none" else torch.ones(())).to(KERNEL_DEVICE)
     results = []
     for use_kernel in (True, False):
         if not use_kernel:
@@ -126,7 +131,7 @@ def test_loss_with_the_kernel_matches_autograd_through_topk(kernel_everywhere, m
 def test_fused_output_layer_with_the_kernel(kernel_everywhere, monkeypatch):
     g = torch.Generator().manual_seed(6)
     hidden, weight = torch.randn(12, 8, generator=g), torch.randn(40, 8, generator=g)
-    target = torch.randint(0, 40, (12,), generator=g)
+    hidden, weight, target = (x.to(KERNEL_DEVICE) for x in (hidden, weight, torch.randint(0, 40, (12,), generator=g)))
     results = []
     for use_kernel in (True, False):
         if not use_kernel:

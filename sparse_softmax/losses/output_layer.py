@@ -21,7 +21,8 @@ computed in the forward pass and backward only scales them; with "none" backward
 again, because each row's weight in the gradient is only known then.
 
 On a GPU, sparse_softmax skips the blocks: one Triton kernel (``output_layer_triton.py``) computes and
-scores the logits tile by tile on chip and hands over only the k + 1 gradient pairs a row.
+scores the logits tile by tile on chip and hands over only the k + 1 gradient pairs a row, which a
+second one turns into the gradients of h and W.
 """
 from __future__ import annotations
 
@@ -222,9 +223,11 @@ def _score_rows_on_chip(kernel, hidden: Tensor, weight: Tensor, bias: Tensor | N
     if not want:
         return _Scores(scored.loss, scored.nll, masked, dense, None, None, None)
     grads = _Gradients(hidden, weight, bias, compute_dtype(hidden))
-    entry_rows = torch.arange(n, device=hidden.device).repeat_interleave(spec.k + 1)
-    values = scored.grad.mul_(row_weight[:, None].to(scored.grad.dtype)).flatten()
-    grads.sparse(rows, hidden.index_select(0, rows), entry_rows, scored.classes.flatten(), values)
+    values = scored.grad.mul_(row_weight[:, None].to(scored.grad.dtype))
+    kernel.sparse_layer_backward_triton(hidden, weight, rows, scored.classes, values, grads.grad_hidden,
+                                        grads.grad_weight)
+    if grads.grad_bias is not None:
+        grads.grad_bias.index_add_(0, scored.classes.flatten(), values.flatten())
     return _Scores(scored.loss, scored.nll, masked, dense, grads.grad_hidden, grads.grad_weight, grads.grad_bias)
 
 

@@ -4,14 +4,15 @@
 and sweeps the vocabulary a tile of ``BLOCK_V`` weight rows at a time. Each tile's logits are one
 ``tl.dot`` over the hidden size, accumulated in float32 registers, and are used at once: the rows'
 running maximum and Σ exp (the plain nll), the target's logit when the tile holds it, and the rows'
-running top K (the keys of ``sparse_softmax_triton``: value and column in one int64; a tile is merged
-only when one of its rows beats its running K-th). What leaves the chip is k + 1 (class, value) pairs
-a row, the gradient of the logits; ``output_layer.py`` turns them into the gradients of the features
-and the weight with gathers and scatter-adds, O(N·k·H), so the whole layer costs about one forward
-product where ``F.linear`` + ``F.cross_entropy`` costs three.
+running top K (the keys and the merge of ``sparse_softmax_triton``: value and column in one int64, a
+tile's candidates inserted one by one unless a row has many). What leaves the chip is k + 1 (class,
+value) pairs a row, the gradient of the logits; a second kernel turns them into the gradients of the
+features (k + 1 weight rows gathered and summed a row) and of the weight (scattered by atomic adds),
+O(N·k·H), so the whole layer costs about one forward product where ``F.linear`` + ``F.cross_entropy``
+costs three.
 
-The logits are summed in float32 from the inputs' own dtype (``F.linear`` rounds them to bf16/fp16
-first): on half inputs the kernel's logits are the more exact ones.
+The logits are summed in float32 and then rounded to the inputs' dtype, as ``F.linear`` rounds them:
+with ``--fused-output-layer`` or without, a half-precision model is trained on the same logits.
 """
 from __future__ import annotations
 
@@ -20,10 +21,15 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .sparse_softmax_triton import MAX_K, _finish_rows, _keys, empty_rows, top_width
+from .sparse_softmax_triton import (INSERT_LIMIT, LOWEST, MAX_K, _candidates, _finish_rows, _keys, _merge, empty_rows,
+                                    top_width)
 
-#: Tile sizes: rows a program, vocabulary columns a tile, hidden units a dot. Not yet tuned on a GPU.
-BLOCK_M, BLOCK_V, BLOCK_H = 64, 128, 64
+#: Tile sizes (rows a program, vocabulary columns a tile, hidden units a dot) and launch settings, the
+#: fastest of benchmarks/kernel_tuning.py's on an H200 (bf16, N = 16,384, H = 1,024, V = 32k and 128k).
+BLOCK_M, BLOCK_V, BLOCK_H = 128, 128, 64
+NUM_WARPS, NUM_STAGES = 8, 3
+#: Hidden units a program of the backward kernel takes.
+BACKWARD_BLOCK_H = 256
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -31,7 +37,8 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 def _sparse_output_layer(h_ptr, h_stride, rows_ptr, w_ptr, w_stride, b_ptr, target_ptr, k, smoothing,
                          loss_ptr, nll_ptr, classes_ptr, grad_ptr, N, V, H,
                          HAS_BIAS: tl.constexpr, WANT_GRAD: tl.constexpr, IEEE: tl.constexpr, K: tl.constexpr,
-                         BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr):
+                         BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr,
+                         INSERT_LIMIT: tl.constexpr):
     first = tl.program_id(0).to(tl.int64) * BLOCK_M
     m = first + tl.arange(0, BLOCK_M)
     in_rows = m < N
@@ -39,13 +46,12 @@ def _sparse_output_layer(h_ptr, h_stride, rows_ptr, w_ptr, w_stride, b_ptr, targ
     target = tl.load(target_ptr + m, mask=in_rows, other=0)
     cols = tl.arange(0, BLOCK_V)
     units = tl.arange(0, BLOCK_H)
-    lowest = -0x7FFFFFFFFFFFFFFF - 1
 
     row_max = tl.full([BLOCK_M], float("-inf"), tl.float32)
     row_sum = tl.zeros([BLOCK_M], tl.float32)
     z_t = tl.zeros([BLOCK_M], tl.float32)
-    best = tl.full([BLOCK_M, K], lowest, tl.int64)
-    kth = tl.full([BLOCK_M], lowest, tl.int64)
+    best = tl.full([BLOCK_M, K], LOWEST, tl.int64)
+    kth = tl.full([BLOCK_M], LOWEST, tl.int64)
     for v0 in tl.range(0, V, BLOCK_V):
         v = v0 + cols
         in_vocab = v < V
@@ -62,18 +68,19 @@ def _sparse_output_layer(h_ptr, h_stride, rows_ptr, w_ptr, w_stride, b_ptr, targ
                 z = tl.dot(a, b, z)
         if HAS_BIAS:
             z += tl.load(b_ptr + v, mask=in_vocab, other=0.0).to(tl.float32)[None, :]
-        z = tl.where(in_vocab[None, :], z, float("-inf"))
-        z_t += tl.sum(tl.where(v[None, :] == target[:, None], z, 0.0), axis=1)
+        z = tl.where(in_vocab[None, :], z.to(h_ptr.dtype.element_ty).to(tl.float32), float("-inf"))
+        if tl.max(((target >= v0) & (target < v0 + BLOCK_V)).to(tl.int32), axis=0) > 0:  # a row's target is here
+            z_t += tl.sum(tl.where(v[None, :] == target[:, None], z, 0.0), axis=1)
 
         new_max = tl.maximum(row_max, tl.max(z, axis=1))
         shift = tl.where(new_max == float("-inf"), 0.0, new_max)
         row_sum = row_sum * tl.exp(row_max - shift) + tl.sum(tl.exp(z - shift[:, None]), axis=1)
         row_max = new_max
 
-        keys = tl.where(in_vocab[None, :], _keys(z, v[None, :]), lowest)
-        if tl.max((tl.max(keys, axis=1) > kth).to(tl.int32), axis=0) > 0:
-            best = tl.topk(tl.reshape(tl.join(best, tl.topk(keys, K)), [BLOCK_M, 2 * K]), K)
-            kth = tl.min(best, axis=1)
+        candidate = _candidates(z, kth) & in_vocab[None, :]
+        news = tl.max(tl.sum(candidate.to(tl.int32), axis=1), axis=0)
+        if news > 0:
+            best, kth = _merge(best, tl.where(candidate, _keys(z, v[None, :]), LOWEST), news, INSERT_LIMIT)
     nll = tl.log(row_sum) + row_max - z_t
     _finish_rows(best, z_t, nll, m, in_rows, target, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr,
                  WANT_GRAD, K)
@@ -93,5 +100,40 @@ def sparse_output_layer_triton(hidden: Tensor, weight: Tensor, bias: Tensor | No
             hidden, hidden.stride(0), rows, weight, weight.stride(0), weight if bias is None else bias, target,
             k, float(label_smoothing), out.loss, out.nll, classes, grad, n, v, h, HAS_BIAS=bias is not None,
             WANT_GRAD=want_grad, IEEE=hidden.dtype == torch.float32, K=top, BLOCK_M=BLOCK_M,
-            BLOCK_V=max(BLOCK_V, top), BLOCK_H=BLOCK_H)
+            BLOCK_V=max(BLOCK_V, top), BLOCK_H=BLOCK_H, INSERT_LIMIT=INSERT_LIMIT, num_warps=NUM_WARPS,
+            num_stages=NUM_STAGES)
     return out
+
+
+@triton.jit
+def _sparse_layer_backward(classes_ptr, grad_ptr, rows_ptr, h_ptr, h_stride, w_ptr, w_stride, gh_ptr, gw_ptr, H,
+                           PAIRS, E: tl.constexpr, BLOCK_H: tl.constexpr):
+    """One program: a counted row's ``BLOCK_H`` hidden units. dL/dh[row] = Σ_j g_j W[c_j] is stored (a row is
+    counted once); dL/dW[c_j] += g_j h[row] is added atomically (a class recurs, across rows and within one
+    when the target is among the top k)."""
+    i = tl.program_id(0).to(tl.int64)
+    u = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    in_h = u < H
+    pair = tl.arange(0, E) < PAIRS
+    classes = tl.load(classes_ptr + i * PAIRS + tl.arange(0, E), mask=pair, other=0)
+    g = tl.load(grad_ptr + i * PAIRS + tl.arange(0, E), mask=pair, other=0.0)
+    row = tl.load(rows_ptr + i)
+    both = pair[:, None] & in_h[None, :]
+    w = tl.load(w_ptr + classes[:, None] * w_stride + u[None, :], mask=both, other=0.0).to(tl.float32)
+    tl.store(gh_ptr + row * H + u, tl.sum(g[:, None] * w, axis=0), mask=in_h)
+    h = tl.load(h_ptr + row * h_stride + u, mask=in_h, other=0.0).to(tl.float32)
+    tl.atomic_add(gw_ptr + classes[:, None] * H + u[None, :], g[:, None] * h[None, :], mask=both, sem="relaxed")
+
+
+def sparse_layer_backward_triton(hidden: Tensor, weight: Tensor, rows: Tensor, classes: Tensor, grad: Tensor,
+                                 grad_hidden: Tensor, grad_weight: Tensor) -> None:
+    """Add the gradients of the features and the weight that the logit gradient pairs (``classes``, ``grad``:
+    (n, k + 1), the latter float32, row weights applied) of the counted ``rows`` stand for to the float32
+    ``grad_hidden (N, H)`` (rows not counted stay as they are) and ``grad_weight (V, H)``."""
+    n, pairs = classes.shape
+    h = hidden.shape[1]
+    hidden, weight, classes, grad = hidden.contiguous(), weight.contiguous(), classes.contiguous(), grad.contiguous()
+    if n:
+        _sparse_layer_backward[(n, triton.cdiv(h, BACKWARD_BLOCK_H))](
+            classes, grad, rows, hidden, hidden.stride(0), weight, weight.stride(0), grad_hidden, grad_weight, h,
+            pairs, E=triton.next_power_of_2(pairs), BLOCK_H=BACKWARD_BLOCK_H)

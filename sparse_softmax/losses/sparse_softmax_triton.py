@@ -4,8 +4,11 @@ On a GPU ``torch.topk`` dominates the PyTorch path (69 % of its time on an H100 
 top 10 of 128k columns by radix passes costs more than all of ``F.cross_entropy``). Here one program
 scores one row in a single sweep over its logits, in float32 registers: a block of columns at a time
 it updates the running maximum and Σ exp (for the plain nll, as the AS kernel does) and merges the
-block's top K into the row's running top K. Only a block whose largest logit beats the running K-th
-is merged, which after the first blocks is rare (about K·ln(V / BLOCK) merges a row on random logits).
+block's candidates into the row's running top K. A candidate is a logit at least the running K-th;
+after the first blocks they are few (about K·BLOCK / (columns swept so far) a block on random logits),
+so ``_merge`` inserts them one at a time (a maximum and a replacement each, a few passes over the
+block) and sorts (``tl.topk``, some twenty compare-and-swap passes over 64-bit keys) only a block
+with more than ``INSERT_LIMIT`` candidates in some row.
 
 Value and column travel together as one int64 key, so that ``tl.topk`` (values only) selects both: the
 float's bits made order-preserving as a signed int32 in the high half, the column in the low half
@@ -22,12 +25,16 @@ from torch import Tensor
 
 from .sparse_softmax import SparseChunk
 
-#: Logits per load: half the AS kernel's, since each block's top K is a sort network over 64-bit keys
-#: held in registers. Not yet tuned on a GPU.
-BLOCK = 2048
+#: Logits per load (a quarter of the AS kernel's: a block's candidates become 64-bit keys held in registers)
+#: and warps per row, the fastest of benchmarks/kernel_tuning.py's on an H200 (bf16, 16,384 rows of 32k
+#: and 128k logits).
+BLOCK, NUM_WARPS = 1024, 4
 #: Largest top k the kernel keeps in registers (K: k rounded up to a power of two, at least 2); larger
 #: k stay on the PyTorch path.
 MAX_K = 128
+#: Most candidates a row of a block may have for them to be inserted one by one rather than sorted in.
+INSERT_LIMIT = 4
+LOWEST = tl.constexpr(-0x7FFFFFFFFFFFFFFF - 1)  # below every key (a -inf logit's key included)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -48,12 +55,39 @@ def _unkey(keys):
 
 
 @triton.jit
+def _candidates(z, kth):
+    """Which logits of ``z`` (M, B) may enter their rows' top K, whose K-th key is ``kth`` (M,): those at
+    least its value (ties decided by the keys later); every one while a row's top K is not full."""
+    value, _ = _unkey(kth)
+    return z >= tl.where(kth == LOWEST, float("-inf"), value)[:, None]
+
+
+@triton.jit
+def _merge(best, keys, news, INSERT_LIMIT: tl.constexpr):
+    """Merge the candidate ``keys`` (M, B; the others LOWEST) into the rows' running top K ``best`` (M, K,
+    in no order), ``news`` the most candidates of a row. Returns the new top K and its K-th keys."""
+    M: tl.constexpr = best.shape[0]
+    K: tl.constexpr = best.shape[1]
+    if news > INSERT_LIMIT:
+        best = tl.topk(tl.reshape(tl.join(best, tl.topk(keys, K)), [M, 2 * K]), K)
+    else:
+        slots = tl.arange(0, K)[None, :]
+        for _ in range(news):  # the largest candidate of each row replaces the row's K-th, if larger
+            top = tl.max(keys, axis=1)
+            kth = tl.min(best, axis=1)
+            slot = tl.argmin(best, axis=1)
+            best = tl.where((slots == slot[:, None]) & (top > kth)[:, None], top[:, None], best)
+            keys = tl.where(keys == top[:, None], LOWEST, keys)
+    return best, tl.min(best, axis=1)
+
+
+@triton.jit
 def _finish_rows(best, z_t, nll, rows, in_rows, target, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr,
                  WANT_GRAD: tl.constexpr, K: tl.constexpr):
-    """Store the losses and nll of ``rows`` (M,) from their top K keys ``best`` (M, K, largest first) and
+    """Store the losses and nll of ``rows`` (M,) from their top K keys ``best`` (M, K, in no order) and
     target logits ``z_t``, and with ``WANT_GRAD`` their gradient pairs: p_j - ε/k on the top k (p: the
     softmax over them), then ε - 1 at the target. Both kernels end here."""
-    values, classes = _unkey(best)
+    values, classes = _unkey(tl.topk(best, K))
     first_k = tl.arange(0, K)[None, :] < k
     values = tl.where(first_k, values, float("-inf"))
     largest = tl.max(values, axis=1)
@@ -75,18 +109,17 @@ def _finish_rows(best, z_t, nll, rows, in_rows, target, k, smoothing, loss_ptr, 
 
 @triton.jit
 def _sparse_softmax_row(z_ptr, z_stride, target_ptr, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr, V,
-                        WANT_GRAD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr):
+                        WANT_GRAD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr, INSERT_LIMIT: tl.constexpr):
     row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)  # the row, as a block of one for _finish_rows
     z_row = z_ptr + tl.program_id(0).to(tl.int64) * z_stride
     target = tl.load(target_ptr + row)
     z_t = tl.load(z_row + target).to(tl.float32)
     cols = tl.arange(0, BLOCK)
-    lowest = -0x7FFFFFFFFFFFFFFF - 1  # below every key (a -inf logit's key included)
 
     lane_max = tl.full([BLOCK], float("-inf"), tl.float32)
     lane_sum = tl.zeros([BLOCK], tl.float32)
-    best = tl.full([K], lowest, tl.int64)
-    kth = lowest  # the running K-th key: a block below it cannot change the top K
+    best = tl.full([1, K], LOWEST, tl.int64)  # the row's top K, as a block of one row for _merge
+    kth = tl.full([1], LOWEST, tl.int64)  # its K-th key: a logit below it cannot enter
     for start in tl.range(0, V, BLOCK):
         inside = start + cols < V
         z = tl.load(z_row + start + cols, mask=inside, other=float("-inf")).to(tl.float32)
@@ -94,14 +127,15 @@ def _sparse_softmax_row(z_ptr, z_stride, target_ptr, k, smoothing, loss_ptr, nll
         shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # lanes with nothing finite yet
         lane_sum = lane_sum * tl.exp(lane_max - shift) + tl.exp(z - shift)
         lane_max = new_max
-        keys = tl.where(inside, _keys(z, start + cols), lowest)
-        if tl.max(keys, axis=0) > kth:
-            best = tl.topk(tl.reshape(tl.join(best, tl.topk(keys, K)), [2 * K]), K)
-            kth = tl.min(best, axis=0)
+        z = z[None, :]
+        candidate = _candidates(z, kth) & inside[None, :]
+        news = tl.max(tl.sum(candidate.to(tl.int32), axis=1), axis=0)
+        if news > 0:
+            best, kth = _merge(best, tl.where(candidate, _keys(z, start + cols[None, :]), LOWEST), news, INSERT_LIMIT)
     top = tl.max(lane_max, axis=0)
     nll = tl.log(tl.sum(lane_sum * tl.exp(lane_max - top), axis=0)) + top - z_t
-    _finish_rows(tl.reshape(best, [1, K]), z_t, nll, row, row >= 0, target, k, smoothing, loss_ptr, nll_ptr,
-                 classes_ptr, grad_ptr, WANT_GRAD, K)
+    _finish_rows(best, z_t, nll, row, row >= 0, target, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr,
+                 WANT_GRAD, K)
 
 
 def top_width(k: int) -> int:
@@ -129,5 +163,6 @@ def sparse_softmax_chunk_triton(z: Tensor, target: Tensor, k: int, label_smoothi
     top = top_width(k)  # a block must hold at least K columns for its top K
     if n:
         _sparse_softmax_row[(n,)](z, z.stride(0), target, k, float(label_smoothing), out.loss, out.nll, classes, grad,
-                                  v, WANT_GRAD=want_grad, K=top, BLOCK=max(top, min(BLOCK, triton.next_power_of_2(v))))
+                                  v, WANT_GRAD=want_grad, K=top, BLOCK=max(top, min(BLOCK, triton.next_power_of_2(v))),
+                                  INSERT_LIMIT=INSERT_LIMIT, num_warps=NUM_WARPS)
     return out

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The GPU checks of the loss kernels in one run, for a CUDA machine with torch and Triton (fairseq not
+# needed): the versions, the CUDA tests of the losses, the Triton kernels and the fused output layer, then
+# benchmarks/output_layer_speed.py, loss_speed.py and kernel_tuning.py at the issue's sizes (bf16,
+# N = 16,384, H = 1,024, V = 32k and 128k). The tables and plots go to OUT (default: results/gpu), the
+# output of every step to OUT/run.log.
+#
+#     bash benchmarks/gpu_kernels.sh [OUT]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-benchmarks/results/gpu}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH}"
+python=${PYTHON:-python3}
+status=0
+
+step() {  # step SECONDS NAME COMMAND...: run with a time limit, its output to the screen and OUT/run.log
+    local limit=$1 name=$2
+    shift 2
+    echo "== $name: $*" | tee -a "$out/run.log"
+    timeout "$limit" "$@" 2>&1 | tee -a "$out/run.log" || { echo "== $name failed or timed out" | tee -a "$out/run.log"; status=1; }
+}
+
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    "$python" -c "import sys, torch, triton; print('python', sys.version.split()[0], '| torch', torch.__version__,
+'| triton', triton.__version__, '| cuda', torch.version.cuda, '|', torch.cuda.get_device_name())"
+} 2>&1 | tee "$out/run.log"
+step 160 tests "$python" -m pytest -q -p no:cacheprovider -n 8 tests/test_sparse_softmax_triton.py \
+    tests/test_as_softmax_triton.py tests/test_output_layer_triton.py tests/test_losses.py \
+    tests/test_fused_output_layer.py -k "cuda or triton"
+step 120 output_layer "$python" benchmarks/output_layer_speed.py --device cuda --dtype bfloat16 \
+    --cases 16384x1024x32000,16384x1024x128000 --repeats 5 --out "$out/output_layer_speed"
+step 60 loss "$python" benchmarks/loss_speed.py --device cuda --dtype bfloat16 --cases 16384x32000,16384x128000 \
+    --repeats 10 --out "$out/loss_speed"
+step 100 tuning "$python" benchmarks/kernel_tuning.py --cases 16384x1024x32000,16384x1024x128000 --repeats 3 \
+    --out "$out/kernel_tuning.md"
+exit $status

@@ -1,0 +1,146 @@
+#!/usr/bin/env python
+"""Times the GPU kernels' settings, to choose the defaults their modules hold: tile sizes, warps, pipeline
+stages and the candidate merge of the on-chip Sparse-softmax layer (``output_layer_triton``), block and
+warps of the Sparse-softmax row kernel (``sparse_softmax_triton``), and the rows a block of the fused
+output layer's block path takes on an accelerator (cross_entropy, as_softmax).
+
+Each setting is timed against what bounds it in the same run, interleaved (``measure.best_times``):
+the on-chip layer's forward (logits, log-sum-exp, top k, gradient pairs) against ``F.linear`` alone,
+the product it cannot beat; the row kernel against ``F.cross_entropy``'s forward on the same logits,
+which reads them once; the block path's forward + backward against ``F.linear`` + ``F.cross_entropy``
++ backward. CUDA only.
+
+    python benchmarks/kernel_tuning.py --cases 16384x1024x32000,16384x1024x128000
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from measure import best_times, device_name
+from sparse_softmax.losses import _common, fused_output_loss
+from sparse_softmax.losses import output_layer_triton as layer_kernel
+from sparse_softmax.losses import sparse_softmax_triton as row_kernel
+
+K = 10
+#: On-chip layer settings: BLOCK_M, BLOCK_V, BLOCK_H, NUM_WARPS, NUM_STAGES, INSERT_LIMIT (0: always sort).
+LAYER_SETTINGS = [
+    (128, 128, 64, 8, 3, 4), (128, 128, 64, 8, 4, 4), (128, 128, 64, 8, 3, 16), (128, 128, 32, 8, 4, 4),
+    (128, 256, 64, 8, 3, 4), (64, 128, 64, 4, 3, 4), (64, 128, 64, 4, 3, 0),
+]
+#: Row kernel settings: BLOCK, NUM_WARPS, INSERT_LIMIT.
+ROW_SETTINGS = [(1024, 4, 4), (1024, 2, 4), (512, 4, 4), (2048, 4, 4), (1024, 4, 16), (1024, 4, 0)]
+#: Logits a block of the fused block path may hold on an accelerator.
+BLOCK_BUDGETS = [1 << 26, 1 << 27, 1 << 28]
+
+
+@contextlib.contextmanager
+def settings(module, **values):
+    """The module's defaults replaced by ``values`` while inside."""
+    old = {name: getattr(module, name) for name in values}
+    for name, value in values.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            setattr(module, name, value)
+
+
+def with_settings(module, fn, **values):
+    def run():
+        with settings(module, **values):
+            fn()
+    return run
+
+
+def layer_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
+    g = torch.Generator().manual_seed(0)
+    hidden = (torch.randn(n, h, generator=g)).cuda().bfloat16()
+    weight = (torch.randn(v, h, generator=g) / h**0.5).cuda().bfloat16()
+    target = torch.randint(0, v, (n,), generator=g).cuda()
+    rows = torch.arange(n, device="cuda")
+    steps = {"F.linear (bf16 logits)": lambda: F.linear(hidden, weight)}
+    for m, bv, bh, warps, stages, limit in LAYER_SETTINGS:
+        steps[f"on-chip {m}x{bv}x{bh}, {warps} warps, {stages} stages, insert ≤ {limit}"] = with_settings(
+            layer_kernel, lambda: layer_kernel.sparse_output_layer_triton(hidden, weight, None, rows, target, K, 0.0,
+                                                                          True),
+            BLOCK_M=m, BLOCK_V=bv, BLOCK_H=bh, NUM_WARPS=warps, NUM_STAGES=stages, INSERT_LIMIT=limit)
+    return table(f"N={n} H={h} V={v}", best_times(steps, repeats, "cuda"))
+
+
+def row_rows(n: int, v: int, repeats: int) -> list[str]:
+    g = torch.Generator().manual_seed(0)
+    z = (torch.randn(n, v, generator=g) * 2).cuda().bfloat16()
+    target = torch.randint(0, v, (n,), generator=g).cuda()
+    steps = {"F.cross_entropy forward (bf16 logits)": lambda: F.cross_entropy(z, target, reduction="sum"),
+             f"torch.topk k={K}": lambda: torch.topk(z, K, dim=1)}
+    for block, warps, limit in ROW_SETTINGS:
+        steps[f"row kernel, block {block}, {warps} warps, insert ≤ {limit}"] = with_settings(
+            row_kernel, lambda: row_kernel.sparse_softmax_chunk_triton(z, target, K, 0.0, True),
+            BLOCK=block, NUM_WARPS=warps, INSERT_LIMIT=limit)
+    return table(f"N={n} V={v}", best_times(steps, repeats, "cuda"))
+
+
+def block_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
+    g = torch.Generator().manual_seed(0)
+    hidden = (torch.randn(n, h, generator=g) * 0.5).cuda().bfloat16().requires_grad_(True)
+    weight = F.normalize(torch.randn(v, h, generator=g), dim=-1).cuda().bfloat16().requires_grad_(True)
+    target = torch.randint(0, v, (n,), generator=g).cuda()
+
+    def step(loss_fn):
+        def run():
+            hidden.grad = weight.grad = None
+            loss_fn().backward()
+        return run
+
+    steps = {"F.linear + F.cross_entropy": step(lambda: F.cross_entropy(F.linear(hidden, weight).float(), target,
+                                                                       reduction="sum"))}
+    for budget in BLOCK_BUDGETS:
+        for loss in ("cross_entropy", "as_softmax"):
+            steps[f"{loss}, fused, blocks of {max(h, budget // v)} rows"] = with_settings(
+                _common, step(lambda loss=loss: fused_output_loss(hidden, weight, target, loss).loss),
+                _ACCELERATOR_CHUNK_ELEMENTS={False: 1 << 24, True: budget})
+    return table(f"N={n} H={h} V={v}", best_times(steps, repeats, "cuda"))
+
+
+def table(case: str, times: dict[str, float]) -> list[str]:
+    base = next(iter(times.values()))
+    lines = [f"| {case} | {name} | {1e3 * t:.2f} | {t / base:.2f} |" for name, t in times.items()]
+    print("\n".join(lines), flush=True)
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", default="16384x1024x32000,16384x1024x128000", help="NxHxV,...")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "kernel_tuning.md")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        parser.error("the kernels are tuned on a CUDA device; none is present")
+    header = ["| case | setting | ms | ÷ first row |", "|---|---|---:|---:|"]
+    sections = {"On-chip Sparse-softmax layer, forward with gradient pairs (bf16)": [],
+                "Sparse-softmax row kernel, forward with gradient pairs (bf16 logits)": [],
+                "Fused block path, forward + backward (bf16)": []}
+    for case in args.cases.split(","):
+        n, h, v = map(int, case.split("x"))
+        layer, rows, blocks = sections.values()
+        layer += layer_rows(n, h, v, args.repeats)
+        rows += row_rows(n, v, args.repeats)
+        blocks += block_rows(n, h, v, args.repeats)
+    lines = [f"Device: {device_name('cuda')}; torch {torch.__version__}; min of {args.repeats} interleaved runs; "
+             f"k = {K}."]
+    for title, body in sections.items():
+        lines += ["", f"## {title}", "", *header, *body]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
