@@ -18,7 +18,10 @@ step() {  # step SECONDS NAME COMMAND...: run with a time limit, its output to t
     local limit=$1 name=$2
     shift 2
     echo "== $name: $*" | tee -a "$out/run.log"
-    timeout "$limit" "$@" 2>&1 | tee -a "$out/run.log" || { echo "== $name failed or timed out" | tee -a "$out/run.log"; status=1; }
+    if ! timeout "$limit" "$@" 2>&1 | tee -a "$out/run.log"; then
+        echo "== $name failed or timed out" | tee -a "$out/run.log"
+        status=1
+    fi
 }
 
 {

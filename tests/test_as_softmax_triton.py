@@ -13,7 +13,8 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # read when the kernel is decorated, i.e. at its import below
 pytest.importorskip("triton", reason="Triton is not installed")
 
-from sparse_softmax.losses import as_softmax_loss  # noqa: E402
+from sparse_softmax.losses import _common, as_softmax_loss, fused_output_loss, output_layer  # noqa: E402
+from sparse_softmax.losses import as_softmax_triton as as_triton  # noqa: E402
 from sparse_softmax.losses.as_softmax import as_softmax_rows  # noqa: E402
 from sparse_softmax.losses.as_softmax_triton import as_softmax_rows_triton  # noqa: E402
 
@@ -83,3 +84,51 @@ def test_as_softmax_takes_the_kernel_on_cuda_and_agrees_with_the_cpu():
     for logits in (cpu, gpu):
         (as_softmax_loss(logits, target.to(logits.device), 0.3, ignore_index=-100, reduction="mean") * 1.7).backward()
     torch.testing.assert_close(gpu.grad.cpu(), cpu.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_in_place_writes_the_gradient_over_the_logits():
+    z, target, weight = mixed_rows(15, 700, seed=4)
+    want = as_softmax_rows(z.clone(), target, weight, 0.3, want_grad=True)
+    z = z.to(KERNEL_DEVICE)
+    got = as_softmax_rows_triton(z, target.to(KERNEL_DEVICE), weight.to(KERNEL_DEVICE), 0.3, want_grad=True,
+                                 in_place=True)
+    assert got[4].data_ptr() == z.data_ptr()
+    torch.testing.assert_close(z.cpu(), want[4], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="contiguous rows"):
+        columns = torch.zeros(700, dtype=torch.long, device=KERNEL_DEVICE)
+        as_softmax_rows_triton(z.t(), columns, torch.ones(700, device=KERNEL_DEVICE), 0.3, want_grad=True,
+                               in_place=True)
+
+
+@pytest.mark.parametrize("loss, reduction, bias", [
+    ("cross_entropy", "sum", False), ("cross_entropy", "none", True), ("as_softmax", "mean", True),
+    ("as_softmax", "none", False),
+])
+def test_fused_output_loss_by_the_row_kernel_matches_the_blocks(monkeypatch, loss, reduction, bias):
+    """``fused_output_loss`` on a GPU: cross_entropy (as AS with δ = 1) and as_softmax blocks scored by the
+    kernel, against the CPU's block path, with ignored rows, masked rows (AS) and small blocks."""
+    g = torch.Generator().manual_seed(5)
+    n, h, v = 40, 16, 300
+    weight = torch.nn.functional.normalize(torch.randn(v, h, generator=g), dim=1)
+    target = torch.randint(0, v, (n,), generator=g)
+    hidden = torch.randn(n, h, generator=g)
+    hidden[::3] = 25 * weight[target[::3]]  # the target far ahead: masked at δ = 0.3
+    b = torch.randn(v, generator=g) if bias else None
+    target[[4, 20]] = -100
+    row_scale = torch.rand(n, generator=g) if reduction == "none" else torch.ones(())
+    monkeypatch.setattr(_common, "_ACCELERATOR_CHUNK_ELEMENTS", {False: 1 << 24, True: 12 * v})  # blocks of 16 rows
+    results = []
+    for path in ("kernel", "blocks"):
+        monkeypatch.setattr(output_layer, "kernel_for", (lambda tensor, module: as_triton) if path == "kernel"
+                            else (lambda tensor, module: None))
+        inputs = [x if x is None else x.to(KERNEL_DEVICE, copy=True).requires_grad_(True)  # own .grad a path
+                  for x in (hidden, weight, b)]
+        out = fused_output_loss(inputs[0], inputs[1], target.to(KERNEL_DEVICE), loss, delta=0.3, bias=inputs[2],
+                                ignore_index=-100, reduction=reduction)
+        (out.loss * row_scale.to(KERNEL_DEVICE)).sum().backward()
+        results.append([out.loss.detach(), out.nll, out.n_masked, out.n_dense]
+                       + [x.grad for x in inputs if x is not None])
+    if loss == "as_softmax":
+        assert 0 < int(results[0][2]) < n - 2, "masked rows and unmasked rows"
+    for name, a, b_ in zip(("loss", "nll", "masked", "dense", "grad hidden", "grad weight", "grad bias"), *results):
+        torch.testing.assert_close(a, b_, rtol=1e-5, atol=1e-5, msg=name)

@@ -76,16 +76,21 @@ def _as_softmax_row(z_ptr, z_stride, target_ptr, weight_ptr, delta, loss_ptr, nl
             tl.store(grad_row + start + cols, (g * weight).to(grad_ptr.dtype.element_ty), mask=inside)
 
 
-def as_softmax_rows_triton(logits: Tensor, target: Tensor, weight: Tensor, delta: float, want_grad: bool):
+def as_softmax_rows_triton(logits: Tensor, target: Tensor, weight: Tensor, delta: float, want_grad: bool,
+                           in_place: bool = False):
     """``as_softmax_rows`` for float32/16 logits on a GPU (or the CPU under ``TRITON_INTERPRET=1``):
-    row losses, nll, masked and dense flags, and the gradient of ``Σ weight · loss`` in the logits' dtype."""
+    row losses, nll, masked and dense flags, and the gradient of ``Σ weight · loss`` in the logits' dtype,
+    written over the (contiguous) logits with ``in_place``: each program reads a block of its row before it
+    writes the block's gradient, and no program reads another's row."""
     n, v = logits.shape
     if logits.stride(1) != 1:
+        if in_place:
+            raise ValueError("in_place needs logits with contiguous rows")
         logits = logits.contiguous()
     row_loss = torch.empty(n, dtype=torch.float32, device=logits.device)
     nll = torch.empty_like(row_loss)
     kept = torch.empty(n, dtype=torch.int32, device=logits.device)
-    grad = torch.empty_like(logits) if want_grad else row_loss  # any tensor: the kernel ignores it then
+    grad = (logits if in_place else torch.empty_like(logits)) if want_grad else row_loss  # the kernel ignores it then
     if n:
         _as_softmax_row[(n,)](logits, logits.stride(0), target, weight, float(delta), row_loss, nll, kept,
                               grad, grad.stride(0), v, WANT_GRAD=want_grad, BLOCK=min(BLOCK, triton.next_power_of_2(v)))

@@ -22,7 +22,9 @@ again, because each row's weight in the gradient is only known then.
 
 On a GPU, sparse_softmax skips the blocks: one Triton kernel (``output_layer_triton.py``) computes and
 scores the logits tile by tile on chip and hands over only the k + 1 gradient pairs a row, which a
-second one turns into the gradients of h and W.
+second one turns into the gradients of h and W. cross_entropy and as_softmax keep the blocks there, in
+the inputs' dtype, scored whole by AS's row kernel (``as_softmax_triton.py``): no copy to float32 and no
+small parts, which on a GPU cost more than the products.
 """
 from __future__ import annotations
 
@@ -92,7 +94,7 @@ class _Gradients:
         else:
             self.grad_weight.add_((g.t() @ h).to(self.dtype))
         if self.grad_bias is not None:
-            self.grad_bias.add_(grad.sum(dim=0))
+            self.grad_bias.add_(grad.sum(dim=0, dtype=self.dtype))
 
     def block(self, ids: Tensor, h: Tensor, grad: Tensor, product_rows: list[Tensor],
               entries: list[tuple[Tensor, Tensor, Tensor]]) -> None:
@@ -174,6 +176,8 @@ def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tenso
     """
     if spec.loss == "sparse_softmax" and (kernel := _on_chip_kernel(hidden, spec.k)) is not None:
         return _score_rows_on_chip(kernel, hidden, weight, bias, rows, target, row_weight, spec)
+    if (kernel := _row_kernel(hidden, spec)) is not None:
+        return _score_rows_by_row_kernel(kernel, hidden, weight, bias, rows, target, row_weight, spec)
     n, v = rows.numel(), weight.shape[0]
     dtype = compute_dtype(hidden)
     loss = torch.empty(n, dtype=dtype, device=hidden.device)
@@ -229,6 +233,50 @@ def _score_rows_on_chip(kernel, hidden: Tensor, weight: Tensor, bias: Tensor | N
     if grads.grad_bias is not None:
         grads.grad_bias.index_add_(0, scored.classes.flatten(), values.flatten())
     return _Scores(scored.loss, scored.nll, masked, dense, grads.grad_hidden, grads.grad_weight, grads.grad_bias)
+
+
+def _row_kernel(hidden: Tensor, spec: _Spec):
+    """The AS row kernel, where it scores this loss's blocks of these features: as_softmax, and cross_entropy
+    without label smoothing, which is AS-Softmax with δ = 1 (no class is ever dropped)."""
+    if spec.loss == "as_softmax" or (spec.loss == "cross_entropy" and not spec.label_smoothing):
+        return kernel_for(hidden, "as_softmax_triton")
+    return None
+
+
+def _score_rows_by_row_kernel(kernel, hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor,
+                              target: Tensor, row_weight: Tensor | None, spec: _Spec) -> _Scores:
+    """``_score_rows`` on a GPU for cross_entropy and as_softmax: each block's logits in the inputs' dtype (as
+    the layer's), scored whole by the AS row kernel, which writes the weighted gradient over them; then the
+    two products for the rows that have a gradient (AS's masked rows have none). Gathering single entries,
+    as the CPU path does for AS rows that keep few classes, costs more than a product on a GPU."""
+    n, v = rows.numel(), weight.shape[0]
+    delta = 1.0 if spec.loss == "cross_entropy" else spec.delta
+    want = row_weight is not None
+    dtype = compute_dtype(hidden)
+    loss = torch.empty(n, dtype=dtype, device=hidden.device)
+    nll = torch.empty_like(loss)
+    masked = torch.empty(n, dtype=torch.bool, device=hidden.device)
+    dense = torch.empty_like(masked)
+    grads = _Gradients(hidden, weight, bias, dtype) if want else None
+    scale = row_weight if want else loss  # read by the kernel only for the gradient
+    step = chunk_rows(hidden.device, v, fused=True, width=hidden.shape[1])
+    buffer = torch.empty(min(step, n), v, dtype=hidden.dtype, device=hidden.device)  # logits, then their gradient
+    for start in range(0, n, step):
+        ids = rows[start:start + step]
+        done = slice(start, start + ids.numel())
+        h = hidden.index_select(0, ids)
+        z = _logits(h, weight, bias, buffer[: ids.numel()])
+        loss[done], nll[done], masked[done], dense[done], grad = kernel.as_softmax_rows_triton(
+            z, target[done], scale[done], delta, want, in_place=True)
+        if want:
+            live = (~masked[done]).nonzero().squeeze(1)
+            if live.numel() == ids.numel():
+                grads.dense(ids, h, grad)
+            elif live.numel():
+                grads.dense(ids[live], h[live], grad[live])
+    if not want:
+        return _Scores(loss, nll, masked, dense, None, None, None)
+    return _Scores(loss, nll, masked, dense, grads.grad_hidden, grads.grad_weight, grads.grad_bias)
 
 
 def _logits(hidden: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> Tensor:
