@@ -34,7 +34,7 @@ step 160 tests "$python" -m pytest -q -p no:cacheprovider -n 8 tests/test_sparse
     tests/test_fused_output_layer.py -k "cuda or triton"
 step 120 output_layer "$python" benchmarks/output_layer_speed.py --device cuda --dtype bfloat16 \
     --cases 16384x1024x32000,16384x1024x128000 --repeats 5 --out "$out/output_layer_speed"
-step 60 loss "$python" benchmarks/loss_speed.py --device cuda --dtype bfloat16 --cases 16384x32000,16384x128000 \
+step 120 loss "$python" benchmarks/loss_speed.py --device cuda --dtype bfloat16 --cases 16384x32000,16384x128000 \
     --repeats 10 --out "$out/loss_speed"
 step 100 tuning "$python" benchmarks/kernel_tuning.py --cases 16384x1024x32000,16384x1024x128000 --repeats 3 \
     --out "$out/kernel_tuning.md"
