@@ -247,8 +247,8 @@ def _score_rows_by_row_kernel(kernel, hidden: Tensor, weight: Tensor, bias: Tens
                               target: Tensor, row_weight: Tensor | None, spec: _Spec) -> _Scores:
     """``_score_rows`` on a GPU for cross_entropy and as_softmax: each block's logits in the inputs' dtype (as
     the layer's), scored whole by the AS row kernel, which writes the weighted gradient over them; then the
-    two products for the rows that have a gradient (AS's masked rows have none). Gathering single entries,
-    as the CPU path does for AS rows that keep few classes, costs more than a product on a GPU."""
+    two products for the rows that have a gradient (AS's masked rows have none), also for AS rows that keep
+    few classes, which the CPU path gathers entry by entry: a GPU's products are the faster way."""
     n, v = rows.numel(), weight.shape[0]
     delta = 1.0 if spec.loss == "cross_entropy" else spec.delta
     want = row_weight is not None

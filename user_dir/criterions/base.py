@@ -54,8 +54,9 @@ class FusedOutputConfig(LossConfig):
     fused_output_layer: bool = field(
         default=False,
         metadata={"help": "compute the output layer and the loss together from the decoder's features, block "
-                  "by block: the N x V logits and their gradient are never formed, and sparse_softmax / "
-                  "as_softmax take a sparse backward. Same loss, logs and checkpoints; for seq2seq models "
+                  "by block (on a GPU by Triton kernels): the N x V logits and their gradient are never formed, "
+                  "sparse_softmax's backward touches k + 1 classes a row and as_softmax's skips the masked rows. "
+                  "Same loss, logs and checkpoints; for seq2seq models "
                   "whose output layer is a plain linear projection (not --task text_classification)"},
     )
 
