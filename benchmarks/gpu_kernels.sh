@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU checks of the loss kernels in one run, for a CUDA machine with torch and Triton (fairseq not
-# needed): the versions, the CUDA tests of the losses, the Triton kernels and the fused output layer, then
-# benchmarks/output_layer_speed.py, loss_speed.py and kernel_tuning.py at the sizes (bf16,
+# The GPU checks of the loss kernels in one run, for a CUDA machine with torch, Triton, entmax and pytest-xdist
+# (not fairseq): the versions, the CUDA tests of the losses, the Triton kernels and the fused output layer, then
+# benchmarks/output_layer_speed.py, loss_speed.py and kernel_tuning.py at the usual sizes (bf16,
 # N = 16,384, H = 1,024, V = 32k and 128k). The tables and plots go to OUT (default: results/gpu), the
 # output of every step to OUT/run.log.
 #
