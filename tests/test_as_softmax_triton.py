@@ -116,7 +116,8 @@ def test_fused_output_loss_by_the_row_kernel_matches_the_blocks(monkeypatch, los
     b = torch.randn(v, generator=g) if bias else None
     target[[4, 20]] = -100
     row_scale = torch.rand(n, generator=g) if reduction == "none" else torch.ones(())
-    monkeypatch.setattr(_common, "_ACCELERATOR_CHUNK_ELEMENTS", {False: 1 << 24, True: 12 * v})  # blocks of 16 rows
+    monkeypatch.setitem(_common._CHUNK_ELEMENTS, ("cpu", True), 12 * v)  # fused blocks of H = 16 rows on the CPU
+    monkeypatch.setitem(_common._ACCELERATOR_CHUNK_ELEMENTS, True, 12 * v)  # and on CUDA
     results = []
     for path in ("kernel", "blocks"):
         monkeypatch.setattr(output_layer, "kernel_for", (lambda tensor, module: as_triton) if path == "kernel"
