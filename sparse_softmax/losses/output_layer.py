@@ -185,17 +185,12 @@ def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tenso
     masked = torch.zeros(n, dtype=torch.bool, device=hidden.device)
     dense = torch.zeros_like(masked)
     grads = None if row_weight is None else _Gradients(hidden, weight, bias, dtype)
-    step = chunk_rows(hidden.device, v, fused=True, width=hidden.shape[1])
     part_rows = chunk_rows(hidden.device, v, fused=False)
-    buffer = torch.empty(min(step, n), v, dtype=dtype, device=hidden.device)  # one block's logits, reused
-    for start in range(0, n, step):
-        ids = rows[start:start + step]
-        h = hidden.index_select(0, ids)
-        z = _logits(h, weight, bias, buffer[: ids.numel()])
+    for block, ids, h, z in _logit_blocks(hidden, weight, bias, rows, dtype):
         product_rows, entries = [], []
         for first in range(0, ids.numel(), part_rows):
             local = slice(first, first + part_rows)
-            done = slice(start + first, start + first + z[local].shape[0])
+            done = slice(block.start + first, block.start + first + z[local].shape[0])
             part = _score_part(z[local], target[done], None if grads is None else row_weight[done], spec)
             loss[done], nll[done], masked[done], dense[done] = part.loss, part.nll, part.masked, part.dense
             if part.product_rows is not None:
@@ -204,6 +199,22 @@ def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tenso
                 entries.append((part.entries[0] + first, *part.entries[1:]))
         if grads is not None:
             grads.block(ids, h, z, product_rows, entries)
+    return _scores(loss, nll, masked, dense, grads)
+
+
+def _logit_blocks(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, dtype: torch.dtype):
+    """Each block of the counted ``rows``: (its slice of ``rows``, its rows of hidden, their features, their
+    logits in ``dtype``), the logits written into one buffer reused by every block."""
+    n, v = rows.numel(), weight.shape[0]
+    step = chunk_rows(hidden.device, v, fused=True, width=hidden.shape[1])
+    buffer = torch.empty(min(step, n), v, dtype=dtype, device=hidden.device)
+    for start in range(0, n, step):
+        ids = rows[start:start + step]
+        h = hidden.index_select(0, ids)
+        yield slice(start, start + ids.numel()), ids, h, _logits(h, weight, bias, buffer[: ids.numel()])
+
+
+def _scores(loss: Tensor, nll: Tensor, masked: Tensor, dense: Tensor, grads: _Gradients | None) -> _Scores:
     if grads is None:
         return _Scores(loss, nll, masked, dense, None, None, None)
     return _Scores(loss, nll, masked, dense, grads.grad_hidden, grads.grad_weight, grads.grad_bias)
@@ -218,21 +229,21 @@ def _on_chip_kernel(hidden: Tensor, k: int):
 def _score_rows_on_chip(kernel, hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, target: Tensor,
                         row_weight: Tensor | None, spec: _Spec) -> _Scores:
     """``_score_rows`` for sparse_softmax by the on-chip kernel: every counted row in one launch, then the
-    sparse gradient's gathers and scatter-adds over all rows at once."""
+    backward kernel's gathers and scatter-adds over all rows at once."""
     want = row_weight is not None
     scored = kernel.sparse_output_layer_triton(hidden, weight, bias, rows, target, spec.k, spec.label_smoothing, want)
     n, v = rows.numel(), weight.shape[0]
     masked = torch.zeros(n, dtype=torch.bool, device=hidden.device)
     dense = masked if spec.k < v else ~masked
-    if not want:
-        return _Scores(scored.loss, scored.nll, masked, dense, None, None, None)
-    grads = _Gradients(hidden, weight, bias, compute_dtype(hidden))
-    values = scored.grad.mul_(row_weight[:, None].to(scored.grad.dtype))
-    kernel.sparse_layer_backward_triton(hidden, weight, rows, scored.classes, values, grads.grad_hidden,
-                                        grads.grad_weight)
-    if grads.grad_bias is not None:
-        grads.grad_bias.index_add_(0, scored.classes.flatten(), values.flatten())
-    return _Scores(scored.loss, scored.nll, masked, dense, grads.grad_hidden, grads.grad_weight, grads.grad_bias)
+    grads = None
+    if want:
+        grads = _Gradients(hidden, weight, bias, compute_dtype(hidden))
+        values = scored.grad.mul_(row_weight[:, None].to(scored.grad.dtype))
+        kernel.sparse_layer_backward_triton(hidden, weight, rows, scored.classes, values, grads.grad_hidden,
+                                            grads.grad_weight)
+        if grads.grad_bias is not None:
+            grads.grad_bias.index_add_(0, scored.classes.flatten(), values.flatten())
+    return _scores(scored.loss, scored.nll, masked, dense, grads)
 
 
 def _row_kernel(hidden: Tensor, spec: _Spec):
@@ -249,7 +260,7 @@ def _score_rows_by_row_kernel(kernel, hidden: Tensor, weight: Tensor, bias: Tens
     the layer's), scored whole by the AS row kernel, which writes the weighted gradient over them; then the
     two products for the rows that have a gradient (AS's masked rows have none), also for AS rows that keep
     few classes, which the CPU path gathers entry by entry: a GPU's products are the faster way."""
-    n, v = rows.numel(), weight.shape[0]
+    n = rows.numel()
     delta = 1.0 if spec.loss == "cross_entropy" else spec.delta
     want = row_weight is not None
     dtype = compute_dtype(hidden)
@@ -259,13 +270,7 @@ def _score_rows_by_row_kernel(kernel, hidden: Tensor, weight: Tensor, bias: Tens
     dense = torch.empty_like(masked)
     grads = _Gradients(hidden, weight, bias, dtype) if want else None
     scale = row_weight if want else loss  # read by the kernel only for the gradient
-    step = chunk_rows(hidden.device, v, fused=True, width=hidden.shape[1])
-    buffer = torch.empty(min(step, n), v, dtype=hidden.dtype, device=hidden.device)  # logits, then their gradient
-    for start in range(0, n, step):
-        ids = rows[start:start + step]
-        done = slice(start, start + ids.numel())
-        h = hidden.index_select(0, ids)
-        z = _logits(h, weight, bias, buffer[: ids.numel()])
+    for done, ids, h, z in _logit_blocks(hidden, weight, bias, rows, hidden.dtype):  # z: logits, then gradient
         loss[done], nll[done], masked[done], dense[done], grad = kernel.as_softmax_rows_triton(
             z, target[done], scale[done], delta, want, in_place=True)
         if want:
@@ -274,9 +279,7 @@ def _score_rows_by_row_kernel(kernel, hidden: Tensor, weight: Tensor, bias: Tens
                 grads.dense(ids, h, grad)
             elif live.numel():
                 grads.dense(ids[live], h[live], grad[live])
-    if not want:
-        return _Scores(loss, nll, masked, dense, None, None, None)
-    return _Scores(loss, nll, masked, dense, grads.grad_hidden, grads.grad_weight, grads.grad_bias)
+    return _scores(loss, nll, masked, dense, grads)
 
 
 def _logits(hidden: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> Tensor:
