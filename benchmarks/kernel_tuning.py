@@ -6,7 +6,8 @@ output layer's block path takes on an accelerator (cross_entropy, as_softmax).
 
 Each setting is timed against what bounds it in the same run, interleaved (``measure.best_times``):
 the on-chip layer's forward (logits, log-sum-exp, top k, gradient pairs) against ``F.linear`` alone,
-the product it cannot beat; the row kernel against ``F.cross_entropy``'s forward on the same logits,
+the product it cannot beat, and against the layer's other forward (blocks of ``F.linear`` logits scored
+by the row kernel); the row kernel against ``F.cross_entropy``'s forward on the same logits,
 which reads them once; the block path's forward + backward against ``F.linear`` + ``F.cross_entropy``
 + backward. CUDA only.
 
@@ -15,13 +16,12 @@ which reads them once; the block path's forward + backward against ``F.linear`` 
 from __future__ import annotations
 
 import argparse
-import contextlib
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from measure import best_times, device_name
+from measure import best_times, device_name, with_settings
 from sparse_softmax.losses import _common, fused_output_loss
 from sparse_softmax.losses import output_layer_triton as layer_kernel
 from sparse_softmax.losses import sparse_softmax_triton as row_kernel
@@ -38,33 +38,21 @@ ROW_SETTINGS = [(1024, 4, 4), (1024, 2, 4), (512, 4, 4), (2048, 4, 4), (1024, 4,
 BLOCK_BUDGETS = [1 << 26, 1 << 27, 1 << 28]
 
 
-@contextlib.contextmanager
-def settings(module, **values):
-    """The module's defaults replaced by ``values`` while inside."""
-    old = {name: getattr(module, name) for name in values}
-    for name, value in values.items():
-        setattr(module, name, value)
-    try:
-        yield
-    finally:
-        for name, value in old.items():
-            setattr(module, name, value)
-
-
-def with_settings(module, fn, **values):
-    def run():
-        with settings(module, **values):
-            fn()
-    return run
-
-
 def layer_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
     g = torch.Generator().manual_seed(0)
     hidden = (torch.randn(n, h, generator=g)).cuda().bfloat16()
     weight = (torch.randn(v, h, generator=g) / h**0.5).cuda().bfloat16()
     target = torch.randint(0, v, (n,), generator=g).cuda()
     rows = torch.arange(n, device="cuda")
-    steps = {"F.linear (bf16 logits)": lambda: F.linear(hidden, weight)}
+    block = _common.chunk_rows(hidden.device, v, fused=True, width=h)
+
+    def logit_blocks():  # the layer's other GPU forward (output_layer.SPARSE_ON_CHIP = False)
+        for start in range(0, n, block):
+            part = slice(start, start + block)
+            row_kernel.sparse_softmax_chunk_triton(F.linear(hidden[part], weight), target[part], K, 0.0, True)
+
+    steps = {"F.linear (bf16 logits)": lambda: F.linear(hidden, weight),
+             f"F.linear then the row kernel, blocks of {block} rows": logit_blocks}
     for m, bv, bh, warps, stages, limit in LAYER_SETTINGS:
         steps[f"on-chip {m}x{bv}x{bh}, {warps} warps, {stages} stages, insert ≤ {limit}"] = with_settings(
             layer_kernel, lambda: layer_kernel.sparse_output_layer_triton(hidden, weight, None, rows, target, K, 0.0,

@@ -1,5 +1,5 @@
 """What the benchmarks share: running the fairseq tools and reading their logs, interleaved best-of
-timing, and the peak tensor memory of a step.
+timing, the peak tensor memory of a step, and steps run with a module's defaults replaced.
 
 Timings on a shared machine swing with other work, so every benchmark takes the minimum of repeated
 runs and interleaves the variants it compares within each repeat: noise then hits them alike, and
@@ -7,6 +7,7 @@ ratios are taken within one run.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -113,6 +114,27 @@ def write_results(out: Path, lines: list[str], plot: Callable[[Path], None]) -> 
     plot(out.with_suffix(".png"))
     print("\n".join(lines))
     print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.png')}")
+
+
+@contextlib.contextmanager
+def settings(module, **values):
+    """The module's defaults (tile sizes, a path's switch) replaced by ``values`` while inside."""
+    old = {name: getattr(module, name) for name in values}
+    for name, value in values.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            setattr(module, name, value)
+
+
+def with_settings(module, fn: Callable[[], None], **values) -> Callable[[], None]:
+    """``fn`` run with ``settings(module, **values)``."""
+    def run():
+        with settings(module, **values):
+            fn()
+    return run
 
 
 def sync(device: str) -> None:

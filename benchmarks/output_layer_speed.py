@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from measure import best_times, device_name, grouped_bars, peak_extra_bytes, pyplot, write_results
-from sparse_softmax.losses import as_softmax, fused_output_loss, sparse_softmax_loss
+from measure import best_times, device_name, grouped_bars, peak_extra_bytes, pyplot, with_settings, write_results
+from sparse_softmax.losses import as_softmax, fused_output_loss, output_layer, sparse_softmax_loss
 
 CASES = "1024x256x8000,4096x512x32000,8192x1024x50000"
 DENSE_SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -68,6 +68,10 @@ def variants(n: int, h: int, v: int, device: str, dtype: torch.dtype) -> dict[st
             h_, w, t, "sparse_softmax", k=K).loss), full),
         f"as_softmax δ={DELTA}": (step(full, lambda h_, w, t: as_softmax(F.linear(h_, w), t, DELTA).loss), full),
     }
+    if device == "cuda":  # the fused sparse_softmax's other GPU forward (see output_layer.SPARSE_ON_CHIP)
+        other = not output_layer.SPARSE_ON_CHIP
+        out[f"sparse_softmax k={K}, fused, {'on chip' if other else 'logit blocks'}"] = (with_settings(
+            output_layer, out[f"sparse_softmax k={K}, fused"][0], SPARSE_ON_CHIP=other), full)
     for share in DENSE_SHARES:
         data = make_case(n, h, v, share, device, dtype, seed=1)
         out[f"as_softmax δ={DELTA}, fused, {share:.0%} dense"] = (step(data, lambda h_, w, t: fused_output_loss(

@@ -1,6 +1,7 @@
 """The on-chip Sparse-softmax output layer (``sparse_softmax/losses/output_layer_triton.py``) against
 ``F.linear`` + the PyTorch block scorer (which test_losses.py checks against brute force), and
-``fused_output_loss`` with it against the block path of test_fused_output_layer.py. Without CUDA the kernel
+``fused_output_loss`` with the GPU kernels (the on-chip forward, or logit blocks and the row kernel; the
+backward kernel) against the block path of test_fused_output_layer.py. Without CUDA the kernel
 runs in Triton's interpreter on the CPU (TRITON_INTERPRET=1), with tiles made small so that rows, hidden
 units and the vocabulary each span several; with CUDA it also runs compiled, at its own tile sizes."""
 from __future__ import annotations
@@ -15,9 +16,9 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # read when the kernel is decorated, i.e. at its import below
 pytest.importorskip("triton", reason="Triton is not installed")
 
-from sparse_softmax.losses import fused_output_loss  # noqa: E402
-from sparse_softmax.losses import output_layer  # noqa: E402
+from sparse_softmax.losses import _common, fused_output_loss, output_layer  # noqa: E402
 from sparse_softmax.losses import output_layer_triton as kernels  # noqa: E402
+from sparse_softmax.losses import sparse_softmax_triton as row_kernel  # noqa: E402
 from sparse_softmax.losses.sparse_softmax import sparse_softmax_chunk  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -96,20 +97,31 @@ def test_half_logits_are_rounded_as_the_layers(dtype):
 
 
 @pytest.fixture
-def on_chip(monkeypatch):
-    """``fused_output_loss`` takes the on-chip path on any device."""
-    monkeypatch.setattr(output_layer, "_on_chip_kernel", lambda hidden, k: kernels if k <= kernels.MAX_K else None)
+def sparse_kernels(monkeypatch):
+    """``fused_output_loss`` takes the kernels' path for sparse_softmax on any device."""
+    monkeypatch.setattr(output_layer, "_sparse_kernels", lambda hidden, k: kernels if k <= kernels.MAX_K else None)
 
 
-@pytest.mark.parametrize("reduction, bias", [("sum", False), ("mean", True), ("none", True)])
-def test_fused_output_loss_on_chip_matches_the_blocks(on_chip, monkeypatch, reduction, bias):
-    hidden, weight, b, target = (x if x is None else x.to(DEVICE) for x in layer(30, 24, 90, seed=2, bias=bias))
+@pytest.mark.parametrize("on_chip, reduction, bias", [
+    pytest.param(True, "sum", False, id="on chip-sum"), pytest.param(True, "mean", True, id="on chip-mean-bias"),
+    pytest.param(True, "none", True, id="on chip-none-bias"),
+    # the interpreter's row kernel is slow: one case for what differs, the forward
+    pytest.param(False, "mean", True, id="logit blocks-mean-bias"),
+])
+def test_fused_output_loss_by_the_kernels_matches_the_blocks(sparse_kernels, monkeypatch, on_chip, reduction, bias):
+    """The kernels' gradient pairs, from the on-chip forward or from blocks of logits scored by the row kernel
+    (several blocks, several sweeps of a row), then the backward kernel, against the CPU's block path."""
+    monkeypatch.setattr(output_layer, "SPARSE_ON_CHIP", on_chip)
+    monkeypatch.setitem(_common._CHUNK_ELEMENTS, ("cpu", True), 24 * 70)  # blocks of H = 24 rows on the CPU
+    monkeypatch.setitem(_common._ACCELERATOR_CHUNK_ELEMENTS, True, 24 * 70)  # and on CUDA
+    monkeypatch.setattr(row_kernel, "BLOCK", 32)
+    hidden, weight, b, target = (x if x is None else x.to(DEVICE) for x in layer(30, 24, 70, seed=2, bias=bias))
     target[[3, 17]] = -100
     row_scale = (torch.rand(30) if reduction == "none" else torch.ones(())).to(DEVICE)
     results = []
-    for path in ("on chip", "blocks"):
+    for path in ("kernels", "blocks"):
         if path == "blocks":
-            monkeypatch.setattr(output_layer, "_on_chip_kernel", lambda hidden, k: None)
+            monkeypatch.setattr(output_layer, "_sparse_kernels", lambda hidden, k: None)
         inputs = [x if x is None else x.clone().requires_grad_(True) for x in (hidden, weight, b)]
         out = fused_output_loss(inputs[0], inputs[1], target, "sparse_softmax", k=7, bias=inputs[2],
                                 ignore_index=-100, reduction=reduction, label_smoothing=0.1)

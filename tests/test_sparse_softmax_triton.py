@@ -104,9 +104,9 @@ def test_scattered_backward_gradchecks_in_float64():
 @pytest.fixture
 def kernel_everywhere(monkeypatch):
     """``sparse_softmax_loss`` and ``sparse_softmax_chunk`` take the kernel path on any device, and the fused
-    layer its blocks (on CUDA it would take the on-chip kernel of test_output_layer_triton.py instead)."""
+    layer its blocks (on CUDA it would take the kernels of test_output_layer_triton.py instead)."""
     monkeypatch.setattr(sparse_module, "_kernel", lambda logits, k: kernels if k <= kernels.MAX_K else None)
-    monkeypatch.setattr(output_layer, "_on_chip_kernel", lambda hidden, k: None)
+    monkeypatch.setattr(output_layer, "_sparse_kernels", lambda hidden, k: None)
 
 
 @pytest.mark.parametrize("reduction", ["sum", "mean", "none"])

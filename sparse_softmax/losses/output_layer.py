@@ -20,11 +20,13 @@ gradients of h, W and b; the N×V logits and gradient never exist. Rows whose ta
 computed in the forward pass and backward only scales them; with "none" backward runs the blocks
 again, because each row's weight in the gradient is only known then.
 
-On a GPU, sparse_softmax skips the blocks: one Triton kernel (``output_layer_triton.py``) computes and
-scores the logits tile by tile on chip and hands over only the k + 1 gradient pairs a row, which a
-second one turns into the gradients of h and W. cross_entropy and as_softmax keep the blocks there, in
-the inputs' dtype, scored whole by AS's row kernel (``as_softmax_triton.py``): no copy to float32 and no
-small parts, which on a GPU cost more than the products.
+On a GPU, sparse_softmax hands over only the k + 1 gradient pairs a row, which a Triton kernel
+(``output_layer_triton.py``) turns into the gradients of h and W. The pairs come from a kernel that
+computes and scores the logits tile by tile on chip, or (``SPARSE_ON_CHIP = False``) from blocks of
+logits computed by cuBLAS and scored by Sparse-softmax's row kernel (``sparse_softmax_triton.py``).
+cross_entropy and as_softmax keep the blocks there, in the inputs' dtype, scored whole by AS's row kernel
+(``as_softmax_triton.py``): no copy to float32 and no small parts, which on a GPU cost more than the
+products.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._common import (LossResult, check_range, check_reduction, chunk_rows, compute_dtype, kernel_for, prepare_targets,
-                      row_weights)
+                      row_weights, triton_kernels)
 from .as_softmax import as_softmax_chunk
 from .softmax_variants import softmax_chunk
 from .sparse_softmax import sparse_softmax_chunk
@@ -44,6 +46,12 @@ LOSSES = ("cross_entropy", "sparse_softmax", "as_softmax")
 #: An AS row keeping more than this share of the classes takes the dense products: gathering and
 #: scattering weight rows one by one costs more per class than the matrix products do.
 _DENSE_SHARE = 1 / 16
+#: Where sparse_softmax's gradient pairs come from on a GPU: the on-chip kernel (True), whose logits never
+#: reach memory, or blocks of cuBLAS logits and the row kernel (False), which hold a block of logits (at
+#: most ``_common._ACCELERATOR_CHUNK_ELEMENTS[True]``) but may be faster: on an H200 the on-chip forward
+#: took 2.4× ``F.linear`` alone, and ``F.linear`` then the row kernel, timed apart, 1.8-2.3×
+#: (benchmarks/results/gpu_h200.md). ``output_layer_speed.py`` and ``kernel_tuning.py`` time both.
+SPARSE_ON_CHIP = True
 
 
 class _Spec(NamedTuple):
@@ -174,8 +182,8 @@ def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tenso
     The logits are computed a large block of rows at a time (a product's speed needs many rows), and
     scored in parts small enough to stay in cache through the loss's several passes over them.
     """
-    if spec.loss == "sparse_softmax" and (kernel := _on_chip_kernel(hidden, spec.k)) is not None:
-        return _score_rows_on_chip(kernel, hidden, weight, bias, rows, target, row_weight, spec)
+    if spec.loss == "sparse_softmax" and (kernel := _sparse_kernels(hidden, spec.k)) is not None:
+        return _score_sparse_rows(kernel, hidden, weight, bias, rows, target, row_weight, spec)
     if (kernel := _row_kernel(hidden, spec)) is not None:
         return _score_rows_by_row_kernel(kernel, hidden, weight, bias, rows, target, row_weight, spec)
     n, v = rows.numel(), weight.shape[0]
@@ -220,18 +228,29 @@ def _scores(loss: Tensor, nll: Tensor, masked: Tensor, dense: Tensor, grads: _Gr
     return _Scores(loss, nll, masked, dense, grads.grad_hidden, grads.grad_weight, grads.grad_bias)
 
 
-def _on_chip_kernel(hidden: Tensor, k: int):
-    """The Triton kernels of the on-chip sparse_softmax layer, when they serve these features and this k."""
+def _sparse_kernels(hidden: Tensor, k: int):
+    """The Triton kernels of the GPU sparse_softmax layer, when they serve these features and this k."""
     kernel = kernel_for(hidden, "output_layer_triton")
     return kernel if kernel is not None and k <= kernel.MAX_K else None
 
 
-def _score_rows_on_chip(kernel, hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, target: Tensor,
-                        row_weight: Tensor | None, spec: _Spec) -> _Scores:
-    """``_score_rows`` for sparse_softmax by the on-chip kernel: every counted row in one launch, then the
-    backward kernel's gathers and scatter-adds over all rows at once."""
+def _score_sparse_rows(kernel, hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, target: Tensor,
+                       row_weight: Tensor | None, spec: _Spec) -> _Scores:
+    """``_score_rows`` for sparse_softmax by the kernels: the gradient pairs of every counted row (on chip in
+    one launch, or a block of logits at a time), then the backward kernel's gathers and scatter-adds over
+    all rows at once."""
     want = row_weight is not None
-    scored = kernel.sparse_output_layer_triton(hidden, weight, bias, rows, target, spec.k, spec.label_smoothing, want)
+    if SPARSE_ON_CHIP:
+        scored = kernel.sparse_output_layer_triton(hidden, weight, bias, rows, target, spec.k, spec.label_smoothing,
+                                                   want)
+    else:
+        row_kernel = triton_kernels("sparse_softmax_triton")
+        scored, _ = row_kernel.empty_rows(rows.numel(), spec.k, hidden.device, want)
+        for done, _, _, z in _logit_blocks(hidden, weight, bias, rows, hidden.dtype):
+            block = row_kernel.sparse_softmax_chunk_triton(z, target[done], spec.k, spec.label_smoothing, want)
+            for whole, part in zip(scored, block):
+                if part is not None:
+                    whole[done] = part
     n, v = rows.numel(), weight.shape[0]
     masked = torch.zeros(n, dtype=torch.bool, device=hidden.device)
     dense = masked if spec.k < v else ~masked
