@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from measure import best_times, device_name, with_settings
-from sparse_softmax.losses import _common, fused_output_loss
+from sparse_softmax.losses import _common, fused_output_loss, output_layer
 from sparse_softmax.losses import output_layer_triton as layer_kernel
 from sparse_softmax.losses import sparse_softmax_triton as row_kernel
 
@@ -45,14 +45,9 @@ def layer_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
     target = torch.randint(0, v, (n,), generator=g).cuda()
     rows = torch.arange(n, device="cuda")
     block = _common.chunk_rows(hidden.device, v, fused=True, width=h)
-
-    def logit_blocks():  # the layer's other GPU forward (output_layer.SPARSE_ON_CHIP = False)
-        for start in range(0, n, block):
-            part = slice(start, start + block)
-            row_kernel.sparse_softmax_chunk_triton(F.linear(hidden[part], weight), target[part], K, 0.0, True)
-
     steps = {"F.linear (bf16 logits)": lambda: F.linear(hidden, weight),
-             f"F.linear then the row kernel, blocks of {block} rows": logit_blocks}
+             f"F.linear then the row kernel, blocks of {block} rows":  # output_layer.SPARSE_ON_CHIP = False
+             lambda: output_layer.sparse_pairs_by_blocks(hidden, weight, None, rows, target, K, 0.0, True)}
     for m, bv, bh, warps, stages, limit in LAYER_SETTINGS:
         steps[f"on-chip {m}x{bv}x{bh}, {warps} warps, {stages} stages, insert ≤ {limit}"] = with_settings(
             layer_kernel, lambda: layer_kernel.sparse_output_layer_triton(hidden, weight, None, rows, target, K, 0.0,

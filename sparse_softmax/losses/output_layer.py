@@ -240,17 +240,8 @@ def _score_sparse_rows(kernel, hidden: Tensor, weight: Tensor, bias: Tensor | No
     one launch, or a block of logits at a time), then the backward kernel's gathers and scatter-adds over
     all rows at once."""
     want = row_weight is not None
-    if SPARSE_ON_CHIP:
-        scored = kernel.sparse_output_layer_triton(hidden, weight, bias, rows, target, spec.k, spec.label_smoothing,
-                                                   want)
-    else:
-        row_kernel = triton_kernels("sparse_softmax_triton")
-        scored, _ = row_kernel.empty_rows(rows.numel(), spec.k, hidden.device, want)
-        for done, _, _, z in _logit_blocks(hidden, weight, bias, rows, hidden.dtype):
-            block = row_kernel.sparse_softmax_chunk_triton(z, target[done], spec.k, spec.label_smoothing, want)
-            for whole, part in zip(scored, block):
-                if part is not None:
-                    whole[done] = part
+    forward = kernel.sparse_output_layer_triton if SPARSE_ON_CHIP else sparse_pairs_by_blocks
+    scored = forward(hidden, weight, bias, rows, target, spec.k, spec.label_smoothing, want)
     n, v = rows.numel(), weight.shape[0]
     masked = torch.zeros(n, dtype=torch.bool, device=hidden.device)
     dense = masked if spec.k < v else ~masked
@@ -263,6 +254,20 @@ def _score_sparse_rows(kernel, hidden: Tensor, weight: Tensor, bias: Tensor | No
         if grads.grad_bias is not None:
             grads.grad_bias.index_add_(0, scored.classes.flatten(), values.flatten())
     return _scores(scored.loss, scored.nll, masked, dense, grads)
+
+
+def sparse_pairs_by_blocks(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, target: Tensor,
+                           k: int, label_smoothing: float, want_grad: bool):
+    """``sparse_output_layer_triton``'s result the other way (``SPARSE_ON_CHIP = False``): blocks of logits by
+    cuBLAS, each scored by Sparse-softmax's row kernel (GPU only)."""
+    row_kernel = triton_kernels("sparse_softmax_triton")
+    scored, _ = row_kernel.empty_rows(rows.numel(), k, hidden.device, want_grad)
+    for done, _, _, z in _logit_blocks(hidden, weight, bias, rows, hidden.dtype):
+        block = row_kernel.sparse_softmax_chunk_triton(z, target[done], k, label_smoothing, want_grad)
+        for whole, part in zip(scored, block):
+            if part is not None:
+                whole[done] = part
+    return scored
 
 
 def _row_kernel(hidden: Tensor, spec: _Spec):
