@@ -136,9 +136,11 @@ def handover_warning(logits: Tensor, target: Tensor, k: int, update: int) -> str
 
     Flat logits score ``log k`` whatever the model knows; a model that scores more gains by flattening its logits
     as soon as the top k takes over (``scale_profile``: the loss is convex in the logits' scale), whatever its
-    flat slope, and every run measured that handed over such a model collapsed within a few dozen updates: its
-    valid cross-entropy jumped and stayed (docs/experiments.md, "Why sparse_softmax collapses"). One line, said
-    once, when it can still be acted on."""
+    flat slope, and in every run measured that handed over such a model the valid cross-entropy jumped within a
+    few dozen updates and stayed (docs/experiments.md, "Why sparse_softmax collapses"). What the jump costs
+    depends on the decoding: plain beam search reads the flattened tail, a top-k mask only the ranking, which
+    survived a long warm-up (MiniLM question generation after half the run of softmax) and not a short one. One
+    line, said once, when it can still be acted on."""
     loss = float(sparse_softmax_loss(logits, target, k, reduction="mean"))
     if loss <= math.log(k):
         return None
@@ -146,9 +148,9 @@ def handover_warning(logits: Tensor, target: Tensor, k: int, update: int) -> str
     return (f"sparse_softmax: the softmax warm-up hands over at update {update} a model that scores "
             f"{loss / math.log(2):.2f} bits on the Sparse-softmax loss (k = {k}), more than flat logits' "
             f"log2 {k} = {math.log2(k):.2f} (flat_slope {slope:+.2f}): training on flattens its logits and its "
-            "nll_loss will rise (a collapse; docs/criterions.md, 'Which regime'). sparse_softmax needs a model "
-            "whose output layer already ranks its targets (a pretrained LM head); otherwise train cross_entropy "
-            "or as_softmax")
+            "nll_loss will rise, so plain beam search will read a flat tail. Decode it inside its top k (a top-k "
+            "mask, fairseq's --decoding-topk), where its ranking can hold (it did after half the run of softmax, "
+            "not after 10 %; docs/criterions.md, 'Which regime'), or train cross_entropy or as_softmax")
 
 
 #: Rows a training run measures the flat slope on per batch (evenly spaced): a top k over a few hundred rows costs
