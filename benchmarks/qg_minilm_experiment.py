@@ -53,7 +53,8 @@ from sparse_softmax.scoring.inputs import parse_fairseq_output, remove_bpe
 #: has no MLM head, so the head's transform starts fresh (the output weights are the tied embeddings) and the top 10
 #: it ranks at first is arbitrary; the warm-up lets softmax train it over the whole vocabulary first. 10 % did not
 #: save it (it handed over a model at 7.6 bits of valid nll); at half the run cross-entropy is at 4.9 bits (4.13 at
-#: its end), a head that ranks the vocabulary, nearer the pretrained one the paper's UniLM starts from.
+#: its end), a head that ranks the vocabulary, nearer the pretrained one the paper's UniLM starts from: its nll
+#: still rises after the switch, but its ranking holds (docs/experiments.md).
 METHODS = {**qg_runs.METHODS,
            "sparse_softmax_warmup": [*qg_runs.METHODS["sparse_softmax"], "--sparse-warmup-ratio", "0.1"],
            "sparse_softmax_warmup50": [*qg_runs.METHODS["sparse_softmax"], "--sparse-warmup-ratio", "0.5"]}
