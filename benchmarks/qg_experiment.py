@@ -49,12 +49,13 @@ from sparse_softmax.scoring.inputs import parse_fairseq_output
 DEFAULT_DU_DIR = ROOT.parent / "shared" / "data" / "squad_qg_du2017"
 DU_FILES = ["src-dev.txt", "tgt-dev.txt", "src-test.txt", "tgt-test.txt"]
 #: the shared methods, sparse_softmax with a softmax warm-up as long as AS-Softmax's (plain sparse_softmax
-#: collapses from scratch: does the warm-up save it?), and sparse_softmax with k = 100: flat logits score log2 100 =
-#: 6.64 bits on its loss, which cross-entropy's model beats from update 60 on (at a smaller scale of its logits;
-#: benchmarks/sparse_collapse.py --k 100), so the model has a ranking to sharpen, not a flat minimum to fall into
+#: collapses from scratch: does the warm-up save it?), and sparse_softmax with k = 100 and 1,000: flat logits score
+#: log2 k = 6.64 and 9.97 bits on its loss, which cross-entropy's model beats from update 60 on (at a smaller scale
+#: of its logits for 100; benchmarks/sparse_collapse.py --k), so the model has a ranking to sharpen, not a flat
+#: minimum to fall into
 METHODS = {**qg_runs.METHODS,
            "sparse_softmax_warmup": [*qg_runs.METHODS["sparse_softmax"], "--sparse-warmup-ratio", "0.3"],
-           "sparse_softmax_k100": ["--criterion", "sparse_softmax", "--sparse-topk", "100"]}
+           **{f"sparse_softmax_k{k}": ["--criterion", "sparse_softmax", "--sparse-topk", str(k)] for k in (100, 1000)}}
 DECODINGS = {
     "beam 1": ["--beam", "1"],
     "beam 5": ["--beam", "5"],
