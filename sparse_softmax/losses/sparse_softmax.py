@@ -148,9 +148,10 @@ def handover_warning(logits: Tensor, target: Tensor, k: int, update: int) -> str
     return (f"sparse_softmax: the softmax warm-up hands over at update {update} a model that scores "
             f"{loss / math.log(2):.2f} bits on the Sparse-softmax loss (k = {k}), more than flat logits' "
             f"log2 {k} = {math.log2(k):.2f} (flat_slope {slope:+.2f}): training on flattens its logits and its "
-            "nll_loss will rise, so plain beam search will read a flat tail. Decode it inside its top k (fairseq's "
-            "--decoding-topk, generate()'s TopKRenormalise), where its ranking can hold (it did after half the run of softmax, "
-            "not after 10 %; docs/criterions.md, 'Which regime'), or train cross_entropy or as_softmax")
+            "nll_loss will rise, so plain beam search will read a flat tail. Decode it inside its top k "
+            "(fairseq's --decoding-topk, generate()'s TopKRenormalise), where its ranking can hold (it did after "
+            "half the run of softmax, not after 10 %), or train with a larger k, whose log k the model beats, or "
+            "with cross_entropy or as_softmax (docs/criterions.md, 'Which regime')")
 
 
 #: Rows a training run measures the flat slope on per batch (evenly spaced): a top k over a few hundred rows costs
