@@ -21,12 +21,11 @@ computed in the forward pass and backward only scales them; with "none" backward
 again, because each row's weight in the gradient is only known then.
 
 On a GPU, sparse_softmax hands over only the k + 1 gradient pairs a row, which a Triton kernel
-(``output_layer_triton.py``) turns into the gradients of h and W. The pairs come from a kernel that
-computes and scores the logits tile by tile on chip, or (``SPARSE_ON_CHIP = False``) from blocks of
-logits computed by cuBLAS and scored by Sparse-softmax's row kernel (``sparse_softmax_triton.py``).
+(``output_layer_triton.py``) turns into the gradients of h and W. The pairs come from blocks of logits
+computed by cuBLAS and scored by Sparse-softmax's row kernel (``sparse_softmax_triton.py``), or
+(``SPARSE_ON_CHIP = True``) from a kernel that computes and scores the logits tile by tile on chip.
 cross_entropy and as_softmax keep the blocks there, in the inputs' dtype, scored whole by AS's row kernel
-(``as_softmax_triton.py``): no copy to float32 and no small parts, which on a GPU cost more than the
-products.
+(``as_softmax_triton.py``): no copy to float32 and no small parts, which on a GPU cost more than the products.
 """
 from __future__ import annotations
 
@@ -46,12 +45,13 @@ LOSSES = ("cross_entropy", "sparse_softmax", "as_softmax")
 #: An AS row keeping more than this share of the classes takes the dense products: gathering and
 #: scattering weight rows one by one costs more per class than the matrix products do.
 _DENSE_SHARE = 1 / 16
-#: Where sparse_softmax's gradient pairs come from on a GPU: the on-chip kernel (True), whose logits never
-#: reach memory, or blocks of cuBLAS logits and the row kernel (False), which hold a block of logits (at
-#: most ``_common._ACCELERATOR_CHUNK_ELEMENTS[True]``) but may be faster: on an H200 the on-chip forward
-#: took 2.4× ``F.linear`` alone, and ``F.linear`` then the row kernel, timed apart, 1.8-2.3×
-#: (benchmarks/results/gpu_h200.md). ``output_layer_speed.py`` and ``kernel_tuning.py`` time both.
-SPARSE_ON_CHIP = True
+#: Where sparse_softmax's gradient pairs come from on a GPU: blocks of cuBLAS logits scored by the row kernel
+#: (False), which hold a block of logits (at most ``_common._ACCELERATOR_CHUNK_ELEMENTS[True]``), or the on-chip
+#: kernel (True), whose logits never reach memory but whose per-tile epilogue runs after each tile's product
+#: rather than beside it. On an H100 the blocks won in the same run: the whole layer 0.44× / 0.27× ``F.linear``
+#: + ``F.cross_entropy`` at V = 32k / 128k against 0.47× / 0.32× on chip, peak memory 0.08× / 0.02× against
+#: 0.03× / 0.02× (benchmarks/results/gpu_h100.md). ``output_layer_speed.py`` and ``kernel_tuning.py`` time both.
+SPARSE_ON_CHIP = False
 
 
 class _Spec(NamedTuple):
@@ -258,8 +258,9 @@ def _score_sparse_rows(kernel, hidden: Tensor, weight: Tensor, bias: Tensor | No
 
 def sparse_pairs_by_blocks(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, target: Tensor,
                            k: int, label_smoothing: float, want_grad: bool):
-    """``sparse_output_layer_triton``'s result the other way (``SPARSE_ON_CHIP = False``): blocks of logits by
-    cuBLAS, each scored by Sparse-softmax's row kernel (GPU only)."""
+    """The gradient pairs of the GPU sparse_softmax layer (``SPARSE_ON_CHIP = False``, the default): blocks of
+    logits by cuBLAS, each scored by Sparse-softmax's row kernel; ``sparse_output_layer_triton``'s result, with
+    its signature (GPU only)."""
     row_kernel = triton_kernels("sparse_softmax_triton")
     scored, _ = row_kernel.empty_rows(rows.numel(), k, hidden.device, want_grad)
     for done, _, _, z in _logit_blocks(hidden, weight, bias, rows, hidden.dtype):
