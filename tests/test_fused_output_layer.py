@@ -188,16 +188,24 @@ def test_half_precision_inputs(loss, dtype, device):
             assert error <= bound, f"{path} gradient of {name}: error {error:.3g} > {bound:.3g}"
 
 
-class LargestAllocation(TorchDispatchMode):
-    """The largest tensor storage any op creates while active (forward and backward alike)."""
+class Allocations(TorchDispatchMode):
+    """The tensors ops create while active (forward and backward alike), as (dtype, shape, bytes); ops that
+    write into a tensor they were given (in place, ``out=``) create none."""
 
-    largest = 0
+    def __init__(self):
+        super().__init__()
+        self.made: list[tuple[torch.dtype, tuple[int, ...], int]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        sizes = [t.untyped_storage().nbytes() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        self.largest = max([self.largest, *sizes])
+        if not func._schema.is_mutable:
+            self.made += [(t.dtype, tuple(t.shape), t.untyped_storage().nbytes())
+                          for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         return out
+
+    @property
+    def largest(self) -> int:
+        return max(nbytes for *_, nbytes in self.made)
 
 
 @pytest.mark.parametrize("loss", sorted(OPTIONS))
@@ -206,12 +214,26 @@ def test_no_buffer_of_all_the_logits_is_ever_made(loss, monkeypatch):
     hidden, weight, target = as_mix(n=1000, h=8, v=500, dtype=torch.float32, seed=9)
     hidden.requires_grad_(True)
     weight.requires_grad_(True)
-    with LargestAllocation() as tracker:
+    with Allocations() as tracker:
         fused_output_loss(hidden, weight, target, loss, ignore_index=IGNORE, **OPTIONS[loss]).loss.backward()
     assert tracker.largest <= 64 * 500 * 4, f"{tracker.largest} bytes: more than one block of logits"
-    with LargestAllocation() as tracker:
+    with Allocations() as tracker:
         unfused(F.linear(hidden, weight), target, loss, "sum", OPTIONS[loss]).loss.backward()
     assert tracker.largest >= 1000 * 500 * 4, "the check can see an N×V buffer"
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "as_softmax"])
+def test_half_precision_weight_gradient_is_summed_where_it_lies(loss, monkeypatch):
+    """Half inputs: each block's weight-gradient product (in the inputs' dtype) is added to the one float32
+    V×H sum as it is read, not first copied to float32: a copy a block would move more bytes than the
+    product itself on a GPU."""
+    monkeypatch.setitem(_common._CHUNK_ELEMENTS, ("cpu", True), 64 * 500)  # 16 blocks of the 1000 rows
+    hidden, weight, target = as_mix(n=1000, h=8, v=500, dtype=torch.float32, seed=9)
+    with Allocations() as tracker:
+        fused_output_loss(hidden.bfloat16(), weight.bfloat16().requires_grad_(True), target, loss,
+                          ignore_index=IGNORE, **OPTIONS[loss])  # "sum": the gradients come in the forward
+    sums = [made for made in tracker.made if made[:2] == (torch.float32, (500, 8))]
+    assert len(sums) == 1, f"{len(sums)} float32 V×H tensors made"
 
 
 @pytest.mark.parametrize("call, message", [

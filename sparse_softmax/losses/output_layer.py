@@ -99,8 +99,8 @@ class _Gradients:
         self.grad_hidden.index_copy_(0, rows, (g @ self.weight).to(self.dtype))
         if g.dtype == self.dtype:
             self.grad_weight.addmm_(g.t(), h)  # in place: no V×H temporary per block
-        else:
-            self.grad_weight.add_((g.t() @ h).to(self.dtype))
+        else:  # a half-precision product, converted as the add reads it: no float32 V×H temporary
+            self.grad_weight.add_(g.t() @ h)
         if self.grad_bias is not None:
             self.grad_bias.add_(grad.sum(dim=0, dtype=self.dtype))
 
