@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Question generation on Du et al. 2017's sentence-level SQuAD split: softmax, label smoothing,
-sparse_softmax (also with a softmax warm-up) and as_softmax trained from scratch, each decoded plainly and with the masks, several seeds,
-through the real ``fairseq-train`` / ``fairseq-generate`` and ``scripts/score_questions.py``.
+sparse_softmax (k = 10, also after a softmax warm-up, and k = 100 and 1,000) and as_softmax trained from
+scratch, each decoded plainly and with the masks, several seeds, through the real ``fairseq-train`` /
+``fairseq-generate`` and ``scripts/score_questions.py``.
 
 Data. Du et al.'s train split is not needed: their dev file (10,570 pairs) is split 90/10 into train and
 valid *by source sentence* (a seeded shuffle of the distinct sentences, so no sentence is in both), and

@@ -32,9 +32,9 @@ cross-entropy (``nll_loss``, the same quantity for every loss).
     python benchmarks/qg_minilm_experiment.py --scale gpu           # the papers' setting, on a GPU
 
 Runs go to OUT/work (default OUT: ``benchmarks/results/qg_squad_minilm_<scale>``; ``tail -f`` a run's
-``train.log`` there to follow it); a run with a ``result.json`` there is reused (``--fresh`` re-runs it), and each run's ``result.json`` and ``train.log`` are committed, so
-seeds and methods can be added later. OUT gets ``results.md`` (tables and command), ``runs.json`` and
-``curves.png``.
+``train.log`` there to follow it); a run with a ``result.json`` there is reused (``--fresh`` re-runs it), and
+each run's ``result.json`` and ``train.log`` are committed, so seeds and methods can be added later. OUT gets
+``results.md`` (tables and command), ``runs.json`` and ``curves.png``.
 """
 from __future__ import annotations
 
