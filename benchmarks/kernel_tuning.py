@@ -34,8 +34,9 @@ LAYER_SETTINGS = [
 ]
 #: Row kernel settings: BLOCK, NUM_WARPS, INSERT_LIMIT.
 ROW_SETTINGS = [(1024, 4, 4), (1024, 2, 4), (512, 4, 4), (2048, 4, 4), (1024, 4, 16), (1024, 4, 0)]
-#: Logits a block of the fused block path may hold on an accelerator.
-BLOCK_BUDGETS = [1 << 26, 1 << 27, 1 << 28]
+#: Logits a block of the fused block path may hold on an accelerator: the default (2^28,
+#: ``_common._ACCELERATOR_CHUNK_ELEMENTS``) and one on either side.
+BLOCK_BUDGETS = [1 << 27, 1 << 28, 1 << 29]
 
 
 def layer_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
