@@ -101,6 +101,25 @@ def test_exit_waits_for_the_batch_thread():
     assert _exit_status("plugin") == 0
 
 
+# A one-rank gloo group left to the end, as fairseq leaves it, with an exit handler registered before the
+# plugin's (so it runs after them) that reports whether the group is still there.
+_EXIT_AFTER_COLLECTIVES = """
+import atexit
+import torch.distributed as dist
+atexit.register(lambda: print("initialized at exit:", dist.is_initialized()))
+import user_dir
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+dist.barrier()
+"""
+
+
+def test_exit_destroys_the_process_group_first():
+    """gloo's worker threads must be joined before the interpreter shuts down, or a rank aborts now and then."""
+    proc = subprocess.run([sys.executable, "-c", _EXIT_AFTER_COLLECTIVES], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (0, "initialized at exit: False\n"), proc.stderr
+
+
 class _Task:
     def __init__(self, dictionary):
         self.target_dictionary = self.source_dictionary = dictionary

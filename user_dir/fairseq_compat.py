@@ -40,6 +40,11 @@
    code that may not be unwound, and the whole process aborts ("terminate called without an active
    exception", status 134) after a finished training. At exit we tell those threads to stop after the
    batch in hand and wait for them.
+9. A clean exit after distributed training. fairseq never destroys its process group, so gloo's worker
+   threads live into interpreter shutdown; one that drops the last reference to a finished collective's
+   tensors then needs the interpreter lock, and the process aborts the same way (a rank of a finished
+   two-process run exits with SIGABRT, now and then). At exit we destroy the group while the interpreter
+   is whole, which joins those threads.
 """
 from __future__ import annotations
 
@@ -206,6 +211,12 @@ class _BatchThread(iterators.BackgroundConsumer):
                 thread.join(0.01)
 
 
+def _destroy_process_group() -> None:
+    """Registered with ``atexit``: tear down the process group fairseq made (fix 9)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 def _cli_modules():
     """The fairseq tool modules already imported (the console scripts import theirs before the plugin), with
     their names."""
@@ -228,6 +239,7 @@ def apply() -> None:
     FairseqTask.get_batch_iterator = _batches_made_as_at_epoch_1(FairseqTask.get_batch_iterator)
     iterators.BackgroundConsumer = _BatchThread  # BufferedIterator looks the class up when it starts one
     atexit.register(_BatchThread.stop_all)
+    atexit.register(_destroy_process_group)
     for name, module in _cli_modules():
         module.main = _usage_error_exits(module.main, name in _BATCH_SIZE_REQUIRED)
     setattr(checkpoint_utils, _APPLIED, True)
