@@ -16,11 +16,15 @@ the logged ``dense_ratio`` says how many rows were dense.
 
     python benchmarks/train_speed.py                        # both models, ~50 minutes on 2 CPU cores
     python benchmarks/train_speed.py --models small --repeats 3
-    python benchmarks/train_speed.py --device cuda --precision bf16 --max-tokens 16384 --repeats 3
+    python benchmarks/train_speed.py --device cuda --precision bf16 --max-tokens 16384 --repeats 3 --profile
+
+``--profile`` adds where an update's time goes, for cross_entropy and the sparse fused layer
+(``profile_train.py``): a GPU that trains every criterion at one speed may be waiting for the CPU.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import sys
@@ -41,6 +45,9 @@ CRITERIA = {
     "as_softmax, fused": ["--criterion", "as_softmax", "--as-delta", "0.3", "--fused-output-layer"],
 }
 BASELINE = "cross_entropy"
+#: what ``--profile`` profiles, and which updates of the run
+PROFILED = (BASELINE, "sparse_softmax, fused")
+PROFILE_SKIP, PROFILE_UPDATES = 10, 10
 #: fairseq-train flags per --device and per --precision (fairseq's fp16 optimizer needs CUDA).
 DEVICE_FLAGS = {"cpu": ["--cpu"], "cuda": []}
 PRECISION_FLAGS = {"fp32": [], "bf16": ["--bf16"], "fp16": ["--fp16"]}
@@ -58,17 +65,39 @@ def prepare(work: Path, vocab: int, pairs: int) -> Path:
     return data
 
 
+def train_args(data: Path, model: str, criterion: str, updates: int, args) -> list:
+    """The fairseq-train arguments of one run."""
+    return [data, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq",
+            *DEVICE_FLAGS[args.device], *PRECISION_FLAGS[args.precision],
+            "--arch", "transformer", *MODELS[model], "--share-all-embeddings", *CRITERIA[criterion],
+            "--optimizer", "adam", "--lr", "0.0005", "--max-tokens", args.max_tokens,
+            "--max-update", updates, "--disable-validation", "--no-save", "--num-workers", "0",
+            "--log-format", "json", "--log-interval", args.log_interval, "--seed", 1]
+
+
 def words_per_second(data: Path, model: str, criterion: str, args) -> tuple[float, str]:
     """Median wps after the first logged interval, and the AS runs' mean dense ratio."""
-    output = run([BIN / "fairseq-train", data, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq",
-                  *DEVICE_FLAGS[args.device], *PRECISION_FLAGS[args.precision],
-                  "--arch", "transformer", *MODELS[model], "--share-all-embeddings", *CRITERIA[criterion],
-                  "--optimizer", "adam", "--lr", "0.0005", "--max-tokens", args.max_tokens,
-                  "--max-update", args.updates, "--disable-validation", "--no-save", "--num-workers", "0",
-                  "--log-format", "json", "--log-interval", args.log_interval, "--seed", 1])
+    output = run([BIN / "fairseq-train", *train_args(data, model, criterion, args.updates, args)])
     records = json_records(output, "train_inner")[1:]
     dense = [float(r["dense_ratio"]) for r in records if "dense_ratio" in r]
     return statistics.median(float(r["wps"]) for r in records), f"{statistics.mean(dense):.2f}" if dense else ""
+
+
+def profile_lines(data: Path, model: str, args) -> list[str]:
+    """Table rows of where an update's time goes (``profile_train.py``) for the baseline and the sparse fused
+    layer: milliseconds per update, over the profiled ones."""
+    lines = []
+    for criterion in PROFILED:
+        output = run([sys.executable, ROOT / "benchmarks" / "profile_train.py", "--profile-skip", PROFILE_SKIP,
+                      "--profile-updates", PROFILE_UPDATES,
+                      *train_args(data, model, criterion, PROFILE_SKIP + PROFILE_UPDATES + 1, args)])
+        p = json.loads(output.rsplit("profile | ", 1)[1].splitlines()[0])
+        regions = p["regions_ms"]
+        gpu = "" if p["gpu_busy_ms"] is None else f"{p['gpu_busy_ms']:.1f}"
+        lines.append(f"| {MODEL_NAMES[model]} | {criterion} | {p['wall_ms']:.1f} | {p['outside_step_ms']:.1f} | "
+                     + " | ".join(f"{regions.get(r, 0.0):.1f}" for r in ("forward", "backward", "clip-grads",
+                                                                         "optimizer")) + f" | {gpu} |")
+    return lines
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -94,12 +123,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work", type=Path, default=ROOT / "work-dirs" / "train_speed")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "train_speed",
                         help="writes OUT.md (table) and OUT.png (plot)")
+    parser.add_argument("--profile", action="store_true",
+                        help=f"also profile updates {PROFILE_SKIP + 1}-{PROFILE_SKIP + PROFILE_UPDATES} of one "
+                             f"more run of {' and '.join(PROFILED)} each: where an update's time goes")
     args = parser.parse_args(argv)
     if args.precision == "fp16" and args.device == "cpu":
         parser.error("--precision fp16 needs --device cuda (fairseq's fp16 optimizer runs on CUDA only)")
     data = prepare(args.work, args.vocab, args.pairs)
     symbols = len((data / "dict.tgt.txt").read_text(encoding="utf-8").splitlines())
-    rows = []
+    rows, profiles = [], []
     for model in args.models.split(","):
         speeds: dict[str, list[float]] = {name: [] for name in CRITERIA}
         dense: dict[str, str] = {}
@@ -110,6 +142,8 @@ def main(argv: list[str] | None = None) -> None:
                 wps, dense[criterion] = words_per_second(data, model, criterion, args)
                 speeds[criterion].append(wps)
                 print(f"{MODEL_NAMES[model]:>18} {criterion:>22}: {wps:8.0f} words/s", flush=True)
+        if args.profile:
+            profiles += profile_lines(data, model, args)
         base = statistics.median(speeds[BASELINE])
         for criterion, values in speeds.items():
             rows.append({"model": MODEL_NAMES[model], "criterion": criterion, "wps": statistics.median(values),
@@ -121,6 +155,13 @@ def main(argv: list[str] | None = None) -> None:
               f"interleaved repeat(s); {device_name(args.device)}, {args.precision}."), "",
              "| model | criterion | words/s | × cross_entropy | AS dense rows |", "|---|---|---:|---:|---:|"]
     lines += [f"| {r['model']} | {r['criterion']} | {r['wps']:.0f} | {r['ratio']:.2f} | {r['dense']} |" for r in rows]
+    if profiles:
+        lines += ["", f"Where an update's time goes (`benchmarks/profile_train.py`, updates {PROFILE_SKIP + 1}–"
+                      f"{PROFILE_SKIP + PROFILE_UPDATES} of one more run each), ms per update: the wall from one "
+                      "update's start to the next, the part outside `train_step`, fairseq's marked regions (CPU "
+                      "time) and the GPU's kernels.", "",
+                  "| model | criterion | wall | outside step | forward | backward | clip-grads | optimizer | GPU busy |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|", *profiles]
     write_results(args.out, lines, lambda path: plot(rows, path))
 
 
