@@ -127,6 +127,9 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"also profile updates {PROFILE_SKIP + 1}-{PROFILE_SKIP + PROFILE_UPDATES} of one "
                              f"more run of {' and '.join(PROFILED)} each: where an update's time goes")
     args = parser.parse_args(argv)
+    if args.updates < 2 * args.log_interval:
+        parser.error(f"--updates must be at least twice --log-interval ({args.log_interval}): the speed is read "
+                     "from the logged intervals after the first")
     if args.precision == "fp16" and args.device == "cpu":
         parser.error("--precision fp16 needs --device cuda (fairseq's fp16 optimizer runs on CUDA only)")
     data = prepare(args.work, args.vocab, args.pairs)
