@@ -95,8 +95,9 @@ def main() -> None:
         parser.exit(2, f"profile_train.py: error: {error}\n")
     print(summary.pop("top_ops"))
     gpu = "" if summary["gpu_busy_ms"] is None else f", GPU busy {summary['gpu_busy_ms']:.1f}"
+    regions = ", ".join(f"{name} {ms:.1f}" for name, ms in summary["regions_ms"].items())
     print(f"per update (ms), over {summary['updates']}: wall {summary['wall_ms']:.1f}, outside train_step "
-          f"{summary['outside_step_ms']:.1f}{gpu}; " + ", ".join(f"{k} {v:.1f}" for k, v in summary["regions_ms"].items()))
+          f"{summary['outside_step_ms']:.1f}{gpu}; {regions}")
     print("profile | " + json.dumps(summary))
 
 

@@ -163,8 +163,8 @@ def main(argv: list[str] | None = None) -> None:
                       f"{PROFILE_SKIP + PROFILE_UPDATES} of one more run each), ms per update: the wall from one "
                       "update's start to the next, the part outside `train_step`, fairseq's marked regions (CPU "
                       "time) and the GPU's kernels.", "",
-                  "| model | criterion | wall | outside step | forward | backward | clip-grads | optimizer | GPU busy |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|", *profiles]
+                  "| model | criterion | wall | outside step | forward | backward | clip-grads | optimizer "
+                  "| GPU busy |", "|---|---|---:|---:|---:|---:|---:|---:|---:|", *profiles]
     write_results(args.out, lines, lambda path: plot(rows, path))
 
 
