@@ -9,26 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-benchmarks/results/gpu}
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH}"
-python=${PYTHON:-python3}
-status=0
-
-step() {  # step SECONDS NAME COMMAND...: run with a time limit, its output to the screen and OUT/run.log
-    local limit=$1 name=$2
-    shift 2
-    echo "== $name: $*" | tee -a "$out/run.log"
-    if ! timeout "$limit" "$@" 2>&1 | tee -a "$out/run.log"; then
-        echo "== $name failed or timed out" | tee -a "$out/run.log"
-        status=1
-    fi
-}
-
-{
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-    "$python" -c "import sys, torch, triton; print('python', sys.version.split()[0], '| torch', torch.__version__,
-'| triton', triton.__version__, '| cuda', torch.version.cuda, '|', torch.cuda.get_device_name())"
-} 2>&1 | tee "$out/run.log"
+source benchmarks/gpu_steps.sh
 step 160 tests "$python" -m pytest -q -p no:cacheprovider -n 8 tests/test_sparse_softmax_triton.py \
     tests/test_as_softmax_triton.py tests/test_output_layer_triton.py tests/test_losses.py \
     tests/test_fused_output_layer.py -k "cuda or triton"

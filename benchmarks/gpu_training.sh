@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# fairseq-train on a GPU in one run, for a CUDA machine that reaches no package index: fairseq built from the
+# carried wheels where it is not installed yet, then benchmarks/train_speed.py with --profile (bf16, 16,384
+# tokens a batch, the 2+2 × 256 model, 40 updates a run, 2 interleaved repeats): each criterion's words/s
+# against cross_entropy, and where an update's time goes. About 8 minutes on an H100, 2 of them fairseq's build.
+# The table and plot go to OUT (default: results/gpu), the output of every step to OUT/run.log.
+#
+#     bash benchmarks/gpu_training.sh [OUT] [WHEELS]
+#
+# WHEELS (default .whl) holds fairseq-fixed's sdist and the wheels of what fairseq needs that the machine lacks
+# (on the H100 node: hydra-core, omegaconf, antlr4-python3-runtime, bitarray); results/gpu_h100.md says how
+# they were fetched.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-benchmarks/results/gpu}
+wheels=${2:-.whl}
+source benchmarks/gpu_steps.sh
+if ! "$python" -c "import fairseq" 2>/dev/null; then
+    step 60 wheels "$python" -m pip install -q --no-index --no-deps --no-compile "$wheels"/*.whl
+    # without CUDA_HOME, as scripts/wheelhouse.py installs it: with it, fairseq's build wants CUDA sources its
+    # sdist lacks
+    step 300 fairseq env -u CUDA_HOME MAX_JOBS=16 "$python" -m pip install -q --no-index --no-deps \
+        --no-build-isolation "$wheels"/fairseq_fixed-*.tar.gz
+fi
+step 420 train_speed "$python" benchmarks/train_speed.py --models small --device cuda --precision bf16 \
+    --max-tokens 16384 --pairs 30000 --updates 40 --log-interval 10 --repeats 2 --profile --out "$out/train_speed"
+exit $status
