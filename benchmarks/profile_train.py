@@ -11,7 +11,12 @@ the sum of its kernels' times. A GPU busy for a small part of the wall was waiti
 where the CPU was (on CUDA, the first region that reads a result, ``clip-grads``'s finiteness check, also holds the
 wait for the GPU's queued work).
 
-    python benchmarks/profile_train.py [--profile-skip 10] [--profile-updates 10] FAIRSEQ-TRAIN-ARGS...
+    python benchmarks/profile_train.py [--profile-skip 10] [--profile-updates 10] [--cudnn-attention] \
+        FAIRSEQ-TRAIN-ARGS...
+
+The run must make ``--profile-skip`` + ``--profile-updates`` + 1 updates (``--max-update``). On an H100 this is
+what found the plugin's ``fairseq_compat`` fix 10: cuDNN attention planned anew for every batch shape;
+``--cudnn-attention`` keeps it, to measure the fix.
 
 The last line of the output is ``profile | {json}`` with those figures, for ``train_speed.py --profile``.
 """
@@ -23,6 +28,8 @@ import sys
 import time
 
 import torch
+from torch.autograd import DeviceType
+from torch.autograd.profiler_util import EventList
 from fairseq.trainer import Trainer
 from fairseq_cli import train
 
@@ -56,34 +63,56 @@ class UpdateClock:
 
     def report(self) -> dict:
         """Milliseconds per profiled update. The last profiled update's wall needs the next step's start, so the
-        wall is taken over the updates that have one."""
-        first, last = self.skip, min(self.skip + self.updates, len(self.starts) - 1)
-        if last - first < 1:
-            raise ValueError(f"the run made {len(self.starts)} updates; --profile-skip {self.skip} needs at "
-                             f"least {self.skip + 2} (raise --max-update)")
-        n = last - first
-        wall = (self.starts[last] - self.starts[first]) / n
-        in_step = sum(self.ends[i] - self.starts[i] for i in range(first, last)) / n
-        events = self.profiler.key_averages()
-        profiled = min(self.updates, len(self.starts) - self.skip)
-        regions = {e.key: e.cpu_time_total / 1e3 / profiled for e in events if e.key in REGIONS}
-        gpu_busy = None
-        if torch.cuda.is_available():  # kernels and copies: an operator's device total counts its kernels again
-            gpu_busy = sum(e.device_time_total for e in self.profiler.events()
-                           if e.device_type == torch.autograd.DeviceType.CUDA) / 1e3 / profiled
-        return {"updates": n, "wall_ms": wall * 1e3, "outside_step_ms": (wall - in_step) * 1e3,
+        run must make one update more than the profiled ones."""
+        first, last = self.skip, self.skip + self.updates
+        if len(self.starts) <= last:
+            raise ValueError(f"the run made {len(self.starts)} updates; --profile-skip {self.skip} and "
+                             f"--profile-updates {self.updates} need at least {last + 1} (raise --max-update)")
+        wall = (self.starts[last] - self.starts[first]) / self.updates
+        in_step = sum(self.ends[i] - self.starts[i] for i in range(first, last)) / self.updates
+        on_gpu = torch.cuda.is_available()
+        regions, gpu_busy = split_events(self.profiler.events(), self.updates, on_gpu)
+        operators = EventList([e for e in self.profiler.key_averages() if not e.is_user_annotation],
+                              use_device="cuda" if on_gpu else None)  # the regions' ranges would top the table
+        return {"updates": self.updates, "wall_ms": wall * 1e3, "outside_step_ms": (wall - in_step) * 1e3,
                 "regions_ms": regions, "gpu_busy_ms": gpu_busy,
-                "top_ops": events.table(sort_by="self_cpu_time_total" if gpu_busy is None else
-                                        "self_device_time_total", row_limit=12, max_name_column_width=40)}
+                "top_ops": operators.table(sort_by="self_device_time_total" if on_gpu else "self_cpu_time_total",
+                                           row_limit=12, max_name_column_width=40)}
+
+
+def split_events(events, updates: int, on_gpu: bool) -> tuple[dict[str, float], float | None]:
+    """Milliseconds per update in fairseq's regions (CPU time) and of GPU work (None without a GPU).
+
+    On CUDA the profiler records each ``record_function`` range twice: as a CPU event and as a GPU annotation
+    that spans the kernels launched inside it (fairseq's ``train_step-N`` ranges too). The annotations are neither
+    CPU time nor GPU work, and they overlap, so the regions count CPU events only and the GPU its kernels and
+    copies only (an operator's device total would count its kernels again)."""
+    regions: dict[str, float] = {}
+    gpu_us = 0.0
+    for event in events:
+        if event.device_type == DeviceType.CPU:
+            if event.name in REGIONS:
+                regions[event.name] = regions.get(event.name, 0.0) + event.cpu_time_total / 1e3 / updates
+        elif not event.is_user_annotation:
+            gpu_us += event.device_time_total
+    return regions, gpu_us / 1e3 / updates if on_gpu else None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile-skip", type=int, default=10, help="updates before the profiled ones")
     parser.add_argument("--profile-updates", type=int, default=10, help="updates profiled")
+    parser.add_argument("--cudnn-attention", action="store_true",
+                        help="keep PyTorch's cuDNN attention, which the plugin turns off (user_dir/fairseq_compat.py "
+                        "fix 10): to measure what that fix saves")
     args, fairseq_args = parser.parse_known_args()
     if args.profile_skip < 0 or args.profile_updates < 1:
         parser.error("--profile-skip must be >= 0 and --profile-updates >= 1")
+    if args.cudnn_attention:
+        from user_dir import fairseq_compat  # the same module fairseq imports for --user-dir, so applied once
+
+        fairseq_compat.apply()
+        torch.backends.cuda.enable_cudnn_sdp(True)
     clock = UpdateClock(args.profile_skip, args.profile_updates)
     Trainer.train_step = clock.wrap(Trainer.train_step)
     sys.argv = ["fairseq-train", *fairseq_args]

@@ -19,7 +19,9 @@ the logged ``dense_ratio`` says how many rows were dense.
     python benchmarks/train_speed.py --device cuda --precision bf16 --max-tokens 16384 --repeats 3 --profile
 
 ``--profile`` adds where an update's time goes, for cross_entropy and the sparse fused layer
-(``profile_train.py``): a GPU that trains every criterion at one speed may be waiting for the CPU.
+(``profile_train.py``): a GPU that trains every criterion at one speed may be waiting for the CPU. On CUDA it
+also profiles cross_entropy with PyTorch's cuDNN attention, which the plugin turns off (``fairseq_compat`` fix
+10), to show what that saves.
 """
 from __future__ import annotations
 
@@ -45,8 +47,9 @@ CRITERIA = {
     "as_softmax, fused": ["--criterion", "as_softmax", "--as-delta", "0.3", "--fused-output-layer"],
 }
 BASELINE = "cross_entropy"
-#: what ``--profile`` profiles, and which updates of the run
-PROFILED = (BASELINE, "sparse_softmax, fused")
+#: what ``--profile`` profiles (label: criterion and profile_train.py flags), and which updates of the run
+PROFILED = {BASELINE: (BASELINE, []), "sparse_softmax, fused": ("sparse_softmax, fused", []),
+            "cross_entropy, cuDNN attention": (BASELINE, ["--cudnn-attention"])}
 PROFILE_SKIP, PROFILE_UPDATES = 10, 10
 #: fairseq-train flags per --device and per --precision (fairseq's fp16 optimizer needs CUDA).
 DEVICE_FLAGS = {"cpu": ["--cpu"], "cuda": []}
@@ -84,17 +87,19 @@ def words_per_second(data: Path, model: str, criterion: str, args) -> tuple[floa
 
 
 def profile_lines(data: Path, model: str, args) -> list[str]:
-    """Table rows of where an update's time goes (``profile_train.py``) for the baseline and the sparse fused
-    layer: milliseconds per update, over the profiled ones."""
+    """Table rows of where an update's time goes (``profile_train.py``) for each of ``PROFILED``: milliseconds per
+    update, over the profiled ones."""
     lines = []
-    for criterion in PROFILED:
+    for label, (criterion, flags) in PROFILED.items():
+        if "--cudnn-attention" in flags and args.device != "cuda":
+            continue  # a CPU has no cuDNN attention
         output = run([sys.executable, ROOT / "benchmarks" / "profile_train.py", "--profile-skip", PROFILE_SKIP,
-                      "--profile-updates", PROFILE_UPDATES,
+                      "--profile-updates", PROFILE_UPDATES, *flags,
                       *train_args(data, model, criterion, PROFILE_SKIP + PROFILE_UPDATES + 1, args)])
         p = json.loads(output.rsplit("profile | ", 1)[1].splitlines()[0])
         regions = p["regions_ms"]
         gpu = "" if p["gpu_busy_ms"] is None else f"{p['gpu_busy_ms']:.1f}"
-        lines.append(f"| {MODEL_NAMES[model]} | {criterion} | {p['wall_ms']:.1f} | {p['outside_step_ms']:.1f} | "
+        lines.append(f"| {MODEL_NAMES[model]} | {label} | {p['wall_ms']:.1f} | {p['outside_step_ms']:.1f} | "
                      + " | ".join(f"{regions.get(r, 0.0):.1f}" for r in ("forward", "backward", "clip-grads",
                                                                          "optimizer")) + f" | {gpu} |")
     return lines
@@ -125,7 +130,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="writes OUT.md (table) and OUT.png (plot)")
     parser.add_argument("--profile", action="store_true",
                         help=f"also profile updates {PROFILE_SKIP + 1}-{PROFILE_SKIP + PROFILE_UPDATES} of one "
-                             f"more run of {' and '.join(PROFILED)} each: where an update's time goes")
+                             f"more run each of {'; '.join(PROFILED)} (the last on CUDA only): where an update's "
+                             "time goes")
     args = parser.parse_args(argv)
     if args.updates < 2 * args.log_interval:
         parser.error(f"--updates must be at least twice --log-interval ({args.log_interval}): the speed is read "
