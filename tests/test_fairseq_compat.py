@@ -120,6 +120,25 @@ def test_exit_destroys_the_process_group_first():
     assert (proc.returncode, proc.stdout) == (0, "initialized at exit: False\n"), proc.stderr
 
 
+def test_cudnn_attention_is_off():
+    """cuDNN attention builds a graph per batch shape; fairseq's batches come in many (fix 10)."""
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_fairseq_attention_on_cuda_runs_without_cudnn():
+    from fairseq.modules import MultiheadAttention
+
+    attention = MultiheadAttention(256, 4, self_attention=True).cuda().bfloat16()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        for length in (7, 9):  # a new shape each call, as fairseq's batches
+            x = torch.randn(length, 3, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            attention(x, x, x)[0].sum().backward()
+    names = {event.key for event in profiler.key_averages()}
+    assert names & {"aten::_flash_attention_forward", "aten::_efficient_attention_forward"}, sorted(names)
+    assert not any("cudnn_attention" in name for name in names), sorted(names)
+
+
 class _Task:
     def __init__(self, dictionary):
         self.target_dictionary = self.source_dictionary = dictionary

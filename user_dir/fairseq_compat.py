@@ -45,6 +45,13 @@
    tensors then needs the interpreter lock, and the process aborts the same way (a rank of a finished
    two-process run exits with SIGABRT, now and then). At exit we destroy the group while the interpreter
    is whole, which joins those threads.
+10. Attention on GPUs whose PyTorch prefers cuDNN's (Hopper, torch 2.11). cuDNN builds an execution graph for
+   every new shape of query, key and value, and fairseq's batches come in many shapes (``--max-tokens`` batches
+   of every length; a decoding step's key length grows by one). On one H100 each call of cuDNN attention took
+   33-38 ms of CPU in updates 11-13 of a small transformer, whose kernels took 17 ms an update in all; without
+   it an update took 213 ms instead of 418 (benchmarks/results/gpu_h100.md). We turn the cuDNN backend of
+   ``scaled_dot_product_attention`` off, so PyTorch picks flash or memory-efficient attention, which need no
+   graph per shape. Same attention; a CPU has no cuDNN backend to turn off.
 """
 from __future__ import annotations
 
@@ -240,6 +247,7 @@ def apply() -> None:
     iterators.BackgroundConsumer = _BatchThread  # BufferedIterator looks the class up when it starts one
     atexit.register(_BatchThread.stop_all)
     atexit.register(_destroy_process_group)
+    torch.backends.cuda.enable_cudnn_sdp(False)
     for name, module in _cli_modules():
         module.main = _usage_error_exits(module.main, name in _BATCH_SIZE_REQUIRED)
     setattr(checkpoint_utils, _APPLIED, True)
