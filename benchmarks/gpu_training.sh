@@ -2,8 +2,9 @@
 # fairseq-train on a GPU in one run, for a CUDA machine that reaches no package index: fairseq built from the
 # carried wheels where it is not installed yet, then benchmarks/train_speed.py with --profile (bf16, 16,384
 # tokens a batch, the 2+2 × 256 model, 40 updates a run, 2 interleaved repeats): each criterion's words/s
-# against cross_entropy, and where an update's time goes. About 8 minutes on an H100 by the last run's speeds
-# (not yet run as a whole), 2 of them fairseq's build.
+# against cross_entropy, and where an update's time goes. About 8 minutes on an H100 (estimated), 2.5 of them
+# fairseq's build: the first run, with cuDNN attention still on (user_dir/fairseq_compat.py fix 10), reached the
+# train_speed step's limit in its profiled runs.
 # The table and plot go to OUT (default: results/gpu), the output of every step to OUT/run.log.
 #
 #     bash benchmarks/gpu_training.sh [OUT] [WHEELS]
