@@ -133,9 +133,9 @@ def test_fairseq_attention_on_cuda_runs_without_cudnn():
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
         for length in (7, 9):  # a new shape each call, as fairseq's batches
             x = torch.randn(length, 3, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            attention(x, x, x)[0].sum().backward()
+            attention(x, x, x, need_weights=False)[0].sum().backward()  # as fairseq trains: through SDPA
     names = {event.key for event in profiler.key_averages()}
-    assert names & {"aten::_flash_attention_forward", "aten::_efficient_attention_forward"}, sorted(names)
+    assert any("flash_attention" in name or "efficient_attention" in name for name in names), sorted(names)
     assert not any("cudnn_attention" in name for name in names), sorted(names)
 
 
