@@ -4,7 +4,7 @@
 # tokens a batch, the 2+2 × 256 model, 40 updates a run, 2 interleaved repeats): each criterion's words/s
 # against cross_entropy, and where an update's time goes. About 8 minutes on an H100 (estimated), 2.5 of them
 # fairseq's build: the first run, with cuDNN attention still on (user_dir/fairseq_compat.py fix 10), reached the
-# train_speed step's limit in its profiled runs.
+# train_speed step's limit in its profiled runs (the words/s table is now written before them).
 # The table and plot go to OUT (default: results/gpu), the output of every step to OUT/run.log.
 #
 #     bash benchmarks/gpu_training.sh [OUT] [WHEELS]

@@ -86,6 +86,24 @@ def words_per_second(data: Path, model: str, criterion: str, args) -> tuple[floa
     return statistics.median(float(r["wps"]) for r in records), f"{statistics.mean(dense):.2f}" if dense else ""
 
 
+def speed_rows(data: Path, model: str, args) -> list[dict]:
+    """Words/s of every criterion for one model: the median over interleaved repeats, each in a shuffled order,
+    and its ratio to the baseline's."""
+    speeds: dict[str, list[float]] = {name: [] for name in CRITERIA}
+    dense: dict[str, str] = {}
+    order = list(CRITERIA)
+    for repeat in range(args.repeats):
+        random.Random(repeat).shuffle(order)
+        for criterion in order:
+            wps, dense[criterion] = words_per_second(data, model, criterion, args)
+            speeds[criterion].append(wps)
+            print(f"{MODEL_NAMES[model]:>18} {criterion:>22}: {wps:8.0f} words/s", flush=True)
+    base = statistics.median(speeds[BASELINE])
+    return [{"model": MODEL_NAMES[model], "criterion": criterion, "wps": statistics.median(values),
+             "ratio": statistics.median(values) / base, "dense": dense[criterion]}
+            for criterion, values in speeds.items()]
+
+
 def profile_lines(data: Path, model: str, args) -> list[str]:
     """Table rows of where an update's time goes (``profile_train.py``) for each of ``PROFILED``: milliseconds per
     update, over the profiled ones."""
@@ -140,23 +158,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--precision fp16 needs --device cuda (fairseq's fp16 optimizer runs on CUDA only)")
     data = prepare(args.work, args.vocab, args.pairs)
     symbols = len((data / "dict.tgt.txt").read_text(encoding="utf-8").splitlines())
-    rows, profiles = [], []
-    for model in args.models.split(","):
-        speeds: dict[str, list[float]] = {name: [] for name in CRITERIA}
-        dense: dict[str, str] = {}
-        order = list(CRITERIA)
-        for repeat in range(args.repeats):
-            random.Random(repeat).shuffle(order)
-            for criterion in order:
-                wps, dense[criterion] = words_per_second(data, model, criterion, args)
-                speeds[criterion].append(wps)
-                print(f"{MODEL_NAMES[model]:>18} {criterion:>22}: {wps:8.0f} words/s", flush=True)
-        if args.profile:
-            profiles += profile_lines(data, model, args)
-        base = statistics.median(speeds[BASELINE])
-        for criterion, values in speeds.items():
-            rows.append({"model": MODEL_NAMES[model], "criterion": criterion, "wps": statistics.median(values),
-                         "ratio": statistics.median(values) / base, "dense": dense[criterion]})
+    models = args.models.split(",")
+    rows = [row for model in models for row in speed_rows(data, model, args)]
     command = "python benchmarks/train_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [f"`{command.strip()}`", "",
              (f"{args.vocab} content words ({symbols} dictionary symbols), transformer with shared embeddings, "
@@ -164,14 +167,16 @@ def main(argv: list[str] | None = None) -> None:
               f"interleaved repeat(s); {device_name(args.device)}, {args.precision}."), "",
              "| model | criterion | words/s | × cross_entropy | AS dense rows |", "|---|---|---:|---:|---:|"]
     lines += [f"| {r['model']} | {r['criterion']} | {r['wps']:.0f} | {r['ratio']:.2f} | {r['dense']} |" for r in rows]
-    if profiles:
+    write_results(args.out, lines, lambda path: plot(rows, path))  # kept if the profiled runs do not finish
+    if args.profile:
         lines += ["", f"Where an update's time goes (`benchmarks/profile_train.py`, updates {PROFILE_SKIP + 1}–"
                       f"{PROFILE_SKIP + PROFILE_UPDATES} of one more run each), ms per update: the wall from one "
                       "update's start to the next, the part outside `train_step`, fairseq's marked regions (CPU "
                       "time) and the GPU's kernels.", "",
-                  "| model | criterion | wall | outside step | forward | backward | clip-grads | optimizer "
-                  "| GPU busy |", "|---|---|---:|---:|---:|---:|---:|---:|---:|", *profiles]
-    write_results(args.out, lines, lambda path: plot(rows, path))
+                  "| model | run | wall | outside step | forward | backward | clip-grads | optimizer "
+                  "| GPU busy |", "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+                  *(line for model in models for line in profile_lines(data, model, args))]
+        write_results(args.out, lines, lambda path: plot(rows, path))
 
 
 if __name__ == "__main__":
