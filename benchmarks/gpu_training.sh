@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # fairseq-train on a GPU in one run, for a CUDA machine that reaches no package index: fairseq built from the
-# carried wheels where it is not installed yet, then benchmarks/train_speed.py with --profile (bf16, 16,384
-# tokens a batch, the 2+2 × 256 model, 40 updates a run, 2 interleaved repeats): each criterion's words/s
-# against cross_entropy, and where an update's time goes. About 8 minutes on an H100 (estimated), 2.5 of them
-# fairseq's build: the first run, with cuDNN attention still on (user_dir/fairseq_compat.py fix 10), reached the
-# train_speed step's limit in its profiled runs (the words/s table is now written before them).
-# The table and plot go to OUT (default: results/gpu), the output of every step to OUT/run.log.
+# carried wheels where it is not installed yet, the CUDA tests of the plugin's fairseq fixes, then
+# benchmarks/train_speed.py with --profile (bf16, 16,384 tokens a batch, the 2+2 × 256 model, 40 updates a run,
+# 2 interleaved repeats): each criterion's words/s against cross_entropy, and where an update's time goes. About
+# 8 minutes on an H100 (estimated), 2.5 of them fairseq's build: the first run, with cuDNN attention still on
+# (user_dir/fairseq_compat.py fix 10), reached the train_speed step's limit in its profiled runs (the words/s
+# table is now written before them). The table and plot go to OUT (default: results/gpu), the output of every
+# step to OUT/run.log.
 #
 #     bash benchmarks/gpu_training.sh [OUT] [WHEELS]
 #
@@ -24,6 +25,8 @@ if ! "$python" -c "import fairseq" 2>/dev/null; then
     step 300 fairseq env -u CUDA_HOME MAX_JOBS=16 "$python" -m pip install -q --no-index --no-deps \
         --no-build-isolation "$wheels"/fairseq_fixed-*.tar.gz
 fi
+# the plugin's CUDA-only fairseq fixes (cuDNN attention off) before the run that depends on them
+step 60 cuda_tests "$python" -m pytest -q -p no:cacheprovider tests/test_fairseq_compat.py -k cuda
 step 420 train_speed "$python" benchmarks/train_speed.py --models small --device cuda --precision bf16 \
     --max-tokens 16384 --pairs 30000 --updates 40 --log-interval 10 --repeats 2 --profile --out "$out/train_speed"
 exit $status
