@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # fairseq-train on a GPU in one run, for a CUDA machine that reaches no package index: fairseq built from the
 # carried wheels where it is not installed yet, the CUDA tests of the plugin's fairseq fixes, then
-# benchmarks/train_speed.py with --profile (bf16, 16,384 tokens a batch, the 2+2 × 256 model, 40 updates a run,
-# 2 interleaved repeats): each criterion's words/s against cross_entropy, and where an update's time goes. About
-# 8 minutes on an H100 (estimated), 2.5 of them fairseq's build: the first run, with cuDNN attention still on
-# (user_dir/fairseq_compat.py fix 10), reached the train_speed step's limit in its profiled runs (the words/s
-# table is now written before them). The table and plot go to OUT (default: results/gpu), the output of every
-# step to OUT/run.log.
+# benchmarks/train_speed.py with --profile where the GPU, not fairseq's Python, should set the pace: bf16, the
+# 2+2 × 2048 model, 128k words, 20-60-word sources, 49,152 tokens a batch (about 25,000 target words), 30
+# updates a run, 2 interleaved repeats of cross_entropy and the fused sparse_softmax and as_softmax layers. On
+# the 2+2 × 256 model with 32k words every criterion trained at one speed with the GPU busy 8 % of an update
+# (results/gpu_h100.md). About 8 minutes on an H100 (estimated), 2 of them fairseq's build. The table and plot
+# go to OUT (default: results/gpu), the output of every step to OUT/run.log.
 #
 #     bash benchmarks/gpu_training.sh [OUT] [WHEELS]
 #
@@ -27,6 +27,7 @@ if ! "$python" -c "import fairseq" 2>/dev/null; then
 fi
 # the plugin's CUDA-only fairseq fixes (cuDNN attention off) before the run that depends on them
 step 60 cuda_tests "$python" -m pytest -q -p no:cacheprovider tests/test_fairseq_compat.py -k cuda
-step 420 train_speed "$python" benchmarks/train_speed.py --models small --device cuda --precision bf16 \
-    --max-tokens 16384 --pairs 30000 --updates 40 --log-interval 10 --repeats 2 --profile --out "$out/train_speed"
+step 420 train_speed "$python" benchmarks/train_speed.py --models wide --vocab 128000 --pairs 40000 --lengths 20 60 \
+    --criteria "cross_entropy;sparse_softmax, fused;as_softmax, fused" --device cuda --precision bf16 \
+    --max-tokens 49152 --updates 30 --log-interval 10 --repeats 2 --profile --out "$out/train_speed"
 exit $status

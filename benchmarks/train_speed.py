@@ -14,9 +14,16 @@ starts dense (an untrained model's target probability is below δ on every row),
 scratch shows its cost at the start of training, not the speed-up that comes as rows get masked;
 the logged ``dense_ratio`` says how many rows were dense.
 
+On a GPU the small models leave it idle most of an update: fairseq's Python and kernel launches set the pace,
+and every criterion trains at one speed. ``--models wide`` (2+2 layers × 2048, the width of 1B-parameter
+language models with 128k-word vocabularies) with ``--vocab 128000`` and longer pairs (``--lengths``) is sized to
+give the GPU more work an update than the CPU, so that the output layer can set the pace.
+
     python benchmarks/train_speed.py                        # both models, ~50 minutes on 2 CPU cores
     python benchmarks/train_speed.py --models small --repeats 3
     python benchmarks/train_speed.py --device cuda --precision bf16 --max-tokens 16384 --repeats 3 --profile
+    python benchmarks/train_speed.py --device cuda --precision bf16 --models wide --vocab 128000 --pairs 40000 \
+        --lengths 20 60 --max-tokens 49152 --criteria "cross_entropy;sparse_softmax, fused;as_softmax, fused"
 
 ``--profile`` adds where an update's time goes, for cross_entropy and the sparse fused layer
 (``profile_train.py``): a GPU that trains every criterion at one speed may be waiting for the CPU. On CUDA it
@@ -28,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -36,8 +44,9 @@ from measure import (BIN, ROOT, device_name, grouped_bars, json_records, pyplot,
                      write_results)
 
 
-MODELS = {"small": transformer_size(2, 256, 4), "large": transformer_size(6, 512, 8)}
-MODEL_NAMES = {"small": "2+2 layers × 256", "large": "6+6 layers × 512"}
+MODELS = {"small": transformer_size(2, 256, 4), "large": transformer_size(6, 512, 8),
+          "wide": transformer_size(2, 2048, 16)}
+MODEL_NAMES = {"small": "2+2 layers × 256", "large": "6+6 layers × 512", "wide": "2+2 layers × 2048"}
 CRITERIA = {
     "cross_entropy": ["--criterion", "cross_entropy"],
     "softmax, fused": ["--criterion", "softmax", "--fused-output-layer"],
@@ -56,12 +65,13 @@ DEVICE_FLAGS = {"cpu": ["--cpu"], "cuda": []}
 PRECISION_FLAGS = {"fp32": [], "bf16": ["--bf16"], "fp16": ["--fp16"]}
 
 
-def prepare(work: Path, vocab: int, pairs: int) -> Path:
-    data = work / f"data-{vocab}"
+def prepare(work: Path, vocab: int, pairs: int, lengths: tuple[int, int]) -> Path:
+    name = f"{vocab}-{pairs}-{lengths[0]}-{lengths[1]}"
+    data = work / f"data-{name}"
     if not (data / "dict.src.txt").exists():
-        raw = work / f"raw-{vocab}"
+        raw = work / f"raw-{name}"
         run([sys.executable, ROOT / "data-prep" / "make_toy_data.py", raw, "--train", pairs, "--valid", 100,
-             "--test", 100, "--content-words", vocab])
+             "--test", 100, "--content-words", vocab, "--min-len", lengths[0], "--max-len", lengths[1]])
         run([BIN / "fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt", "--joined-dictionary",
              "--workers", 2, "--trainpref", raw / "train", "--validpref", raw / "valid", "--testpref", raw / "test",
              "--destdir", data])
@@ -89,9 +99,9 @@ def words_per_second(data: Path, model: str, criterion: str, args) -> tuple[floa
 def speed_rows(data: Path, model: str, args) -> list[dict]:
     """Words/s of every criterion for one model: the median over interleaved repeats, each in a shuffled order,
     and its ratio to the baseline's."""
-    speeds: dict[str, list[float]] = {name: [] for name in CRITERIA}
+    speeds: dict[str, list[float]] = {name: [] for name in args.criteria}
     dense: dict[str, str] = {}
-    order = list(CRITERIA)
+    order = list(args.criteria)
     for repeat in range(args.repeats):
         random.Random(repeat).shuffle(order)
         for criterion in order:
@@ -109,8 +119,8 @@ def profile_lines(data: Path, model: str, args) -> list[str]:
     update, over the profiled ones."""
     lines = []
     for label, (criterion, flags) in PROFILED.items():
-        if "--cudnn-attention" in flags and args.device != "cuda":
-            continue  # a CPU has no cuDNN attention
+        if criterion not in args.criteria or "--cudnn-attention" in flags and args.device != "cuda":
+            continue  # not asked for, or a CPU, which has no cuDNN attention
         output = run([sys.executable, ROOT / "benchmarks" / "profile_train.py", "--profile-skip", PROFILE_SKIP,
                       "--profile-updates", PROFILE_UPDATES, *flags,
                       *train_args(data, model, criterion, PROFILE_SKIP + PROFILE_UPDATES + 1, args)])
@@ -131,11 +141,26 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def chosen(parser: argparse.ArgumentParser, option: str, value: str, separator: str, known: dict) -> list[str]:
+    """The names in ``value``, each checked against ``known``: a misspelt one stops the run before any training."""
+    names = [name.strip() for name in value.split(separator)]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        parser.error(f"{option}: unknown {', '.join(map(repr, unknown))}; expected {separator!r}-separated names "
+                     f"of: {'; '.join(known)}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="small,large", help="comma-separated, of: " + ", ".join(MODELS))
     parser.add_argument("--vocab", type=int, default=32000, help="content words of the synthetic corpus")
     parser.add_argument("--pairs", type=int, default=60000, help="training pairs of the synthetic corpus")
+    parser.add_argument("--lengths", type=int, nargs=2, default=(3, 12), metavar=("MIN", "MAX"),
+                        help="source words a pair (its target is their content words, about half)")
+    parser.add_argument("--criteria", default=";".join(CRITERIA),
+                        help=f"semicolon-separated, of: {'; '.join(CRITERIA)} ({BASELINE}, the baseline, is always "
+                             "run)")
     parser.add_argument("--updates", type=int, default=25)
     parser.add_argument("--log-interval", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=4096)
@@ -156,13 +181,15 @@ def main(argv: list[str] | None = None) -> None:
                      "from the logged intervals after the first")
     if args.precision == "fp16" and args.device == "cpu":
         parser.error("--precision fp16 needs --device cuda (fairseq's fp16 optimizer runs on CUDA only)")
-    data = prepare(args.work, args.vocab, args.pairs)
+    models = chosen(parser, "--models", args.models, ",", MODELS)
+    args.criteria = list(dict.fromkeys([BASELINE, *chosen(parser, "--criteria", args.criteria, ";", CRITERIA)]))
+    data = prepare(args.work, args.vocab, args.pairs, args.lengths)
     symbols = len((data / "dict.tgt.txt").read_text(encoding="utf-8").splitlines())
-    models = args.models.split(",")
     rows = [row for model in models for row in speed_rows(data, model, args)]
-    command = "python benchmarks/train_speed.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python benchmarks/train_speed.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     lines = [f"`{command.strip()}`", "",
-             (f"{args.vocab} content words ({symbols} dictionary symbols), transformer with shared embeddings, "
+             (f"{args.vocab} content words ({symbols} dictionary symbols), {args.lengths[0]}–{args.lengths[1]} "
+              "source words a pair, transformer with shared embeddings, "
               f"--max-tokens {args.max_tokens}, {args.updates} updates per run, median of {args.repeats} "
               f"interleaved repeat(s); {device_name(args.device)}, {args.precision}."), "",
              "| model | criterion | words/s | × cross_entropy | AS dense rows |", "|---|---|---:|---:|---:|"]
