@@ -23,7 +23,7 @@ give the GPU more work an update than the CPU, so that the output layer can set 
     python benchmarks/train_speed.py --models small --repeats 3
     python benchmarks/train_speed.py --device cuda --precision bf16 --max-tokens 16384 --repeats 3 --profile
     python benchmarks/train_speed.py --device cuda --precision bf16 --models wide --vocab 128000 --pairs 40000 \
-        --lengths 20 60 --max-tokens 49152 --criteria "cross_entropy;sparse_softmax, fused;as_softmax, fused"
+        --lengths 20 60 --max-tokens 40960 --criteria "cross_entropy;sparse_softmax, fused;as_softmax, fused"
 
 ``--profile`` adds where an update's time goes, for cross_entropy and the sparse fused layer
 (``profile_train.py``): a GPU that trains every criterion at one speed may be waiting for the CPU. On CUDA it
