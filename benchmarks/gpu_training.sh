@@ -3,12 +3,12 @@
 # carried wheels where it is not installed yet, the CUDA tests of the plugin's fairseq fixes, then
 # benchmarks/train_speed.py with --profile where the GPU, not fairseq's Python, should set the pace: bf16, the
 # 2+2 × 2048 model, 128k words, 20-60-word sources, 40,960 tokens a batch (about 21,000 target words), 30
-# updates a run, 2 interleaved repeats of cross_entropy and the fused sparse_softmax and as_softmax layers (the
-# batch is what an 80 GB GPU holds with room to spare: fairseq's cross_entropy keeps float32 log-probabilities
-# of every target word and their gradient, about 11 GB each here). On
-# the 2+2 × 256 model with 32k words every criterion trained at one speed with the GPU busy 8 % of an update
-# (results/gpu_h100.md). About 8 minutes on an H100 (estimated), 2 of them fairseq's build. The table and plot
-# go to OUT (default: results/gpu), the output of every step to OUT/run.log.
+# updates a run, 2 interleaved repeats of cross_entropy and the fused sparse_softmax and as_softmax layers. The
+# batch is sized to fit an 80 GB GPU (estimated): fairseq's cross_entropy keeps float32 log-probabilities of
+# every target word and their gradient, about 11 GB each here. On the 2+2 × 256 model with 32k words every
+# criterion trained at one speed with the GPU busy 8 % of an update (results/gpu_h100.md). About 8 minutes on an
+# H100 (estimated), 2 of them fairseq's build. The table and plot go to OUT (default: results/gpu), the output
+# of every step to OUT/run.log.
 #
 #     bash benchmarks/gpu_training.sh [OUT] [WHEELS]
 #
