@@ -32,8 +32,10 @@ LAYER_SETTINGS = [
     (128, 128, 64, 8, 3, 4), (128, 128, 64, 8, 4, 4), (128, 128, 64, 8, 3, 16), (128, 128, 32, 8, 4, 4),
     (128, 256, 64, 8, 3, 4), (64, 128, 64, 4, 3, 4), (64, 128, 64, 4, 3, 0),
 ]
-#: Row kernel settings: BLOCK, NUM_WARPS, INSERT_LIMIT.
-ROW_SETTINGS = [(1024, 4, 4), (1024, 2, 4), (512, 4, 4), (2048, 4, 4), (1024, 4, 16), (1024, 4, 0)]
+#: Row kernel settings: BLOCK, NUM_WARPS, INSERT_LIMIT, BY_LANES. Merging, 2 warps, insert ≤ 4 was the fastest
+#: on both GPUs measured (benchmarks/results/gpu_h100.md, gpu_h200.md); the lanes' sweep has not run on one yet.
+ROW_SETTINGS = [(1024, 2, 4, False), (1024, 4, 4, False), (256, 2, 4, True), (512, 2, 4, True), (512, 4, 4, True),
+                (1024, 2, 4, True), (1024, 4, 4, True), (2048, 4, 4, True)]
 #: Logits a block of the fused block path may hold on an accelerator: the default (2^28,
 #: ``_common._ACCELERATOR_CHUNK_ELEMENTS``) and one on either side.
 BLOCK_BUDGETS = [1 << 27, 1 << 28, 1 << 29]
@@ -49,6 +51,9 @@ def layer_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
     steps = {"F.linear (bf16 logits)": lambda: F.linear(hidden, weight),
              f"F.linear then the row kernel, blocks of {block} rows":  # output_layer.SPARSE_ON_CHIP = False
              lambda: output_layer.sparse_pairs_by_blocks(hidden, weight, None, rows, target, K, 0.0, True)}
+    lanes = not row_kernel.BY_LANES
+    steps[f"F.linear then the row kernel {'by lanes' if lanes else 'merging'}, blocks of {block} rows"] = \
+        with_settings(row_kernel, steps[f"F.linear then the row kernel, blocks of {block} rows"], BY_LANES=lanes)
     for m, bv, bh, warps, stages, limit in LAYER_SETTINGS:
         steps[f"on-chip {m}x{bv}x{bh}, {warps} warps, {stages} stages, insert ≤ {limit}"] = with_settings(
             layer_kernel, lambda: layer_kernel.sparse_output_layer_triton(hidden, weight, None, rows, target, K, 0.0,
@@ -63,10 +68,11 @@ def row_rows(n: int, v: int, repeats: int) -> list[str]:
     target = torch.randint(0, v, (n,), generator=g).cuda()
     steps = {"F.cross_entropy forward (bf16 logits)": lambda: F.cross_entropy(z, target, reduction="sum"),
              f"torch.topk k={K}": lambda: torch.topk(z, K, dim=1)}
-    for block, warps, limit in ROW_SETTINGS:
-        steps[f"row kernel, block {block}, {warps} warps, insert ≤ {limit}"] = with_settings(
+    for block, warps, limit, lanes in ROW_SETTINGS:
+        sweep = "by lanes" if lanes else f"merging, insert ≤ {limit}"
+        steps[f"row kernel, block {block}, {warps} warps, {sweep}"] = with_settings(
             row_kernel, lambda: row_kernel.sparse_softmax_chunk_triton(z, target, K, 0.0, True),
-            BLOCK=block, NUM_WARPS=warps, INSERT_LIMIT=limit)
+            BLOCK=block, NUM_WARPS=warps, INSERT_LIMIT=limit, BY_LANES=lanes)
     return table(f"N={n} V={v}", best_times(steps, repeats, "cuda"))
 
 

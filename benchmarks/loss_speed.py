@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from measure import best_times, device_name, grouped_bars, peak_extra_bytes, pyplot, sync, write_results
+from measure import best_times, device_name, grouped_bars, peak_extra_bytes, pyplot, settings, sync, write_results
 from sparse_softmax.losses import as_softmax_loss, sparse_softmax_loss
 
 LOSSES = {
@@ -30,37 +30,51 @@ LOSSES = {
 CASES = [(4096, 32000), (1024, 8000)]
 
 
+def losses(device: str) -> dict:
+    """``LOSSES``, and on CUDA sparse_softmax also by the row kernel's other way to a row's top k
+    (``sparse_softmax_triton.BY_LANES``), so that one run times both against cross_entropy."""
+    if device != "cuda":
+        return LOSSES
+    from sparse_softmax.losses import sparse_softmax_triton as row_kernel  # Triton: CUDA builds of torch ship it
+    other = not row_kernel.BY_LANES
+
+    def sparse_softmax_other(z, t):  # the kernel runs in the forward only: backward scatters its pairs
+        with settings(row_kernel, BY_LANES=other):
+            return sparse_softmax_loss(z, t, 10)
+    return {**LOSSES, f"sparse_softmax(k=10), {'by lanes' if other else 'merging'}": sparse_softmax_other}
+
+
 def make_inputs(n: int, v: int, device: str, dtype: torch.dtype):
     g = torch.Generator().manual_seed(0)
     logits = (torch.randn(n, v, generator=g) * 2).to(device, dtype).requires_grad_(True)
     return logits, torch.randint(0, v, (n,), generator=g).to(device)
 
 
-def step(name: str, logits, target) -> None:
+def step(loss, logits, target) -> None:
     logits.grad = None
-    LOSSES[name](logits, target).backward()
+    loss(logits, target).backward()
 
 
-def time_all(n: int, v: int, device: str, dtype: torch.dtype, repeats: int) -> dict[str, float]:
+def time_all(fns: dict, n: int, v: int, device: str, dtype: torch.dtype, repeats: int) -> dict[str, float]:
     logits, target = make_inputs(n, v, device, dtype)
-    return best_times({name: lambda name=name: step(name, logits, target) for name in LOSSES}, repeats, device)
+    return best_times({name: lambda fn=fn: step(fn, logits, target) for name, fn in fns.items()}, repeats, device)
 
 
-def peak_buffers(name: str, n: int, v: int, device: str, dtype: torch.dtype) -> int:
+def peak_buffers(loss, n: int, v: int, device: str, dtype: torch.dtype) -> int:
     """Bytes one forward+backward allocates beyond the logits, at its peak."""
     logits, target = make_inputs(n, v, device, dtype)
-    return peak_extra_bytes(lambda: step(name, logits, target), device)
+    return peak_extra_bytes(lambda: step(loss, logits, target), device)
 
 
-def profile(name: str, n: int, v: int, device: str, dtype: torch.dtype) -> None:
+def profile(name: str, loss, n: int, v: int, device: str, dtype: torch.dtype) -> None:
     """Print where one forward+backward of ``name`` spends its time, op by op (torch.profiler)."""
     logits, target = make_inputs(n, v, device, dtype)
-    step(name, logits, target)
+    step(loss, logits, target)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as prof:
-        step(name, logits, target)
+        step(loss, logits, target)
         sync(device)
     sort = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
     print(f"--- profile: {name}, N={n} V={v}\n" + prof.key_averages().table(sort_by=sort, row_limit=12, max_name_column_width=48))
@@ -88,19 +102,20 @@ def main() -> None:
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     rows = []
+    fns = losses(args.device)
     for case in args.cases.split(","):
         n, v = map(int, case.split("x"))
-        times = time_all(n, v, args.device, dtype, args.repeats)
+        times = time_all(fns, n, v, args.device, dtype, args.repeats)
         buffer = n * v * 4
-        for name in LOSSES:
-            extra = peak_buffers(name, n, v, args.device, dtype)
+        for name, fn in fns.items():
+            extra = peak_buffers(fn, n, v, args.device, dtype)
             rows.append({"case": f"N={n} V={v}", "loss": name, "ms": times[name] * 1e3,
                          "time_ratio": times[name] / times["cross_entropy"], "extra_buffers": extra / buffer})
             r = rows[-1]
             print(f"{r['case']:>16} {name:>22}: {r['ms']:8.1f} ms  {r['time_ratio']:5.2f}x CE  "
                   f"peak +{r['extra_buffers']:.2f} N×V", flush=True)
             if args.profile:
-                profile(name, n, v, args.device, dtype)
+                profile(name, fn, n, v, args.device, dtype)
     device = device_name(args.device)
     lines = [f"Device: {device}; torch {torch.__version__}; {args.dtype} logits; min of {args.repeats} fwd+bwd runs.", "",
              "| case | loss | time (ms) | time / CE | peak extra memory (N×V fp32 buffers) |",

@@ -68,10 +68,16 @@ def variants(n: int, h: int, v: int, device: str, dtype: torch.dtype) -> dict[st
             h_, w, t, "sparse_softmax", k=K).loss), full),
         f"as_softmax δ={DELTA}": (step(full, lambda h_, w, t: as_softmax(F.linear(h_, w), t, DELTA).loss), full),
     }
-    if device == "cuda":  # the fused sparse_softmax's other GPU forward (see output_layer.SPARSE_ON_CHIP)
-        other = not output_layer.SPARSE_ON_CHIP
-        out[f"sparse_softmax k={K}, fused, {'on chip' if other else 'logit blocks'}"] = (with_settings(
-            output_layer, out[f"sparse_softmax k={K}, fused"][0], SPARSE_ON_CHIP=other), full)
+    if device == "cuda":  # the fused sparse_softmax's other GPU forwards: output_layer.SPARSE_ON_CHIP, and the
+        # row kernel's two ways to a row's top k (sparse_softmax_triton.BY_LANES) for the logit blocks
+        from sparse_softmax.losses import sparse_softmax_triton as row_kernel  # Triton: CUDA builds of torch ship it
+        fused = out[f"sparse_softmax k={K}, fused"][0]
+        default = (output_layer.SPARSE_ON_CHIP, not output_layer.SPARSE_ON_CHIP and row_kernel.BY_LANES)
+        for on_chip, lanes, name in ((True, False, "on chip"), (False, False, "logit blocks, merging"),
+                                     (False, True, "logit blocks, by lanes")):
+            if (on_chip, lanes) != default:
+                out[f"sparse_softmax k={K}, fused, {name}"] = (with_settings(row_kernel, with_settings(
+                    output_layer, fused, SPARSE_ON_CHIP=on_chip), BY_LANES=lanes), full)
     for share in DENSE_SHARES:
         data = make_case(n, h, v, share, device, dtype, seed=1)
         out[f"as_softmax δ={DELTA}, fused, {share:.0%} dense"] = (step(data, lambda h_, w, t: fused_output_loss(

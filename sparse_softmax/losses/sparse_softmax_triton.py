@@ -10,6 +10,13 @@ so ``_merge`` inserts them one at a time (a maximum and a replacement each, a fe
 block) and sorts (``tl.topk``, some twenty compare-and-swap passes over 64-bit keys) only a block
 with more than ``INSERT_LIMIT`` candidates in some row.
 
+That sweep reduces across the row's lanes and branches at every block. With ``BY_LANES`` it does
+neither: each of the BLOCK lanes (columns ≡ j mod BLOCK) keeps its two largest logits and the largest
+it let go, elementwise, and the top k is chosen from the kept ones once, at the end. It is exact unless
+a lane let go of a logit above the chosen k-th, i.e. held three of the row's top k (about C(k, 3) / BLOCK²
+of rows of random logits), or the row has fewer than k finite logits: such a row is swept again by
+merging, in the same program.
+
 Value and column travel together as one int64 key, so that ``tl.topk`` (values only) selects both: the
 float's bits made order-preserving as a signed int32 in the high half, the column in the low half
 (ties go to the higher column; any tie-break is a valid top k).
@@ -34,7 +41,13 @@ BLOCK, NUM_WARPS = 1024, 2
 MAX_K = 128
 #: Most candidates a row of a block may have for them to be inserted one by one rather than sorted in.
 INSERT_LIMIT = 4
+#: How a row's top k is found: merged block by block as the row is read (False), or chosen at the end from
+#: the two largest logits of each of the BLOCK lanes, which the sweep keeps with no reduction or branch
+#: per block; a row where that may miss one (a lane let go of a logit above the k-th) is swept again by
+#: merging. benchmarks/kernel_tuning.py times both.
+BY_LANES = False
 LOWEST = tl.constexpr(-0x7FFFFFFFFFFFFFFF - 1)  # below every key (a -inf logit's key included)
+HIGHEST = tl.constexpr(0x7FFFFFFFFFFFFFFF)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -108,14 +121,18 @@ def _finish_rows(best, z_t, nll, rows, in_rows, target, k, smoothing, loss_ptr, 
 
 
 @triton.jit
-def _sparse_softmax_row(z_ptr, z_stride, target_ptr, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr, V,
-                        WANT_GRAD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr, INSERT_LIMIT: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)  # the row, as a block of one for _finish_rows
-    z_row = z_ptr + tl.program_id(0).to(tl.int64) * z_stride
-    target = tl.load(target_ptr + row)
-    z_t = tl.load(z_row + target).to(tl.float32)
-    cols = tl.arange(0, BLOCK)
+def _online_lse(lane_max, lane_sum, z):
+    """The lanes' running maxima and sums of exp(z - maximum) after the block ``z`` (online softmax)."""
+    new_max = tl.maximum(lane_max, z)
+    shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # lanes with nothing finite yet
+    return new_max, lane_sum * tl.exp(lane_max - shift) + tl.exp(z - shift)
 
+
+@triton.jit
+def _sweep_merging(z_row, V, K: tl.constexpr, BLOCK: tl.constexpr, INSERT_LIMIT: tl.constexpr):
+    """One sweep over a row: its lanes' maxima and sums, and its top K keys (1, K), exact, a block's
+    candidates merged as the block is read."""
+    cols = tl.arange(0, BLOCK)
     lane_max = tl.full([BLOCK], float("-inf"), tl.float32)
     lane_sum = tl.zeros([BLOCK], tl.float32)
     best = tl.full([1, K], LOWEST, tl.int64)  # the row's top K, as a block of one row for _merge
@@ -123,15 +140,64 @@ def _sparse_softmax_row(z_ptr, z_stride, target_ptr, k, smoothing, loss_ptr, nll
     for start in tl.range(0, V, BLOCK):
         inside = start + cols < V
         z = tl.load(z_row + start + cols, mask=inside, other=float("-inf")).to(tl.float32)
-        new_max = tl.maximum(lane_max, z)
-        shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # lanes with nothing finite yet
-        lane_sum = lane_sum * tl.exp(lane_max - shift) + tl.exp(z - shift)
-        lane_max = new_max
+        lane_max, lane_sum = _online_lse(lane_max, lane_sum, z)
         z = z[None, :]
         candidate = _candidates(z, kth) & inside[None, :]
         news = tl.max(tl.sum(candidate.to(tl.int32), axis=1), axis=0)
         if news > 0:
             best, kth = _merge(best, tl.where(candidate, _keys(z, start + cols[None, :]), LOWEST), news, INSERT_LIMIT)
+    return lane_max, lane_sum, best
+
+
+@triton.jit
+def _sweep_lanes(z_row, V, BLOCK: tl.constexpr):
+    """One sweep over a row with no reduction and no branch in it: its lanes' maxima and sums, each lane's
+    two largest logits with their columns (-1: none yet; -inf logits never enter), and the largest logit
+    each lane let go."""
+    cols = tl.arange(0, BLOCK)
+    lane_max = tl.full([BLOCK], float("-inf"), tl.float32)
+    lane_sum = tl.zeros([BLOCK], tl.float32)
+    first_col = tl.full([BLOCK], -1, tl.int32)
+    second = tl.full([BLOCK], float("-inf"), tl.float32)
+    second_col = tl.full([BLOCK], -1, tl.int32)
+    let_go = tl.full([BLOCK], float("-inf"), tl.float32)
+    for start in tl.range(0, V, BLOCK):
+        z = tl.load(z_row + start + cols, mask=start + cols < V, other=float("-inf")).to(tl.float32)
+        above_first, above_second = z > lane_max, z > second
+        let_go = tl.maximum(let_go, tl.where(above_second, second, z))
+        second = tl.where(above_first, lane_max, tl.where(above_second, z, second))
+        second_col = tl.where(above_first, first_col, tl.where(above_second, start + cols, second_col))
+        first_col = tl.where(above_first, start + cols, first_col)
+        lane_max, lane_sum = _online_lse(lane_max, lane_sum, z)
+    return lane_max, lane_sum, first_col, second, second_col, let_go
+
+
+@triton.jit
+def _lane_keys(z, cols):
+    """``_keys`` of the lanes' kept logits, LOWEST where a lane kept none."""
+    return tl.where(cols >= 0, _keys(z, cols), LOWEST)
+
+
+@triton.jit
+def _sparse_softmax_row(z_ptr, z_stride, target_ptr, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr, V,
+                        WANT_GRAD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr, INSERT_LIMIT: tl.constexpr,
+                        BY_LANES: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)  # the row, as a block of one for _finish_rows
+    z_row = z_ptr + tl.program_id(0).to(tl.int64) * z_stride
+    target = tl.load(target_ptr + row)
+    z_t = tl.load(z_row + target).to(tl.float32)
+    if BY_LANES:
+        lane_max, lane_sum, first_col, second, second_col, let_go = _sweep_lanes(z_row, V, BLOCK)
+        kept = tl.reshape(tl.join(_lane_keys(lane_max, first_col), _lane_keys(second, second_col)), [1, 2 * BLOCK])
+        best = tl.topk(kept, K)
+        kth = tl.min(tl.where(tl.arange(0, K)[None, :] < k, best, HIGHEST), axis=1)
+        kth_value, _ = _unkey(kth)
+        # Exact unless a lane let go of a logit above the k-th chosen (three of the top k in one lane: about
+        # C(k, 3) / BLOCK² of random rows), or fewer than k logits were finite: then the merging sweep.
+        if tl.max(((tl.max(let_go, axis=0) > kth_value) | (kth == LOWEST)).to(tl.int32), axis=0) > 0:
+            _, _, best = _sweep_merging(z_row, V, K, BLOCK, INSERT_LIMIT)
+    else:
+        lane_max, lane_sum, best = _sweep_merging(z_row, V, K, BLOCK, INSERT_LIMIT)
     top = tl.max(lane_max, axis=0)
     nll = tl.log(tl.sum(lane_sum * tl.exp(lane_max - top), axis=0)) + top - z_t
     _finish_rows(best, z_t, nll, row, row >= 0, target, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr,
@@ -164,5 +230,5 @@ def sparse_softmax_chunk_triton(z: Tensor, target: Tensor, k: int, label_smoothi
     if n:
         _sparse_softmax_row[(n,)](z, z.stride(0), target, k, float(label_smoothing), out.loss, out.nll, classes, grad,
                                   v, WANT_GRAD=want_grad, K=top, BLOCK=max(top, min(BLOCK, triton.next_power_of_2(v))),
-                                  INSERT_LIMIT=INSERT_LIMIT, num_warps=NUM_WARPS)
+                                  INSERT_LIMIT=INSERT_LIMIT, BY_LANES=BY_LANES, num_warps=NUM_WARPS)
     return out
