@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from measure import best_times, device_name, grouped_bars, peak_extra_bytes, pyplot, settings, sync, write_results
+from measure import (best_times, device_name, grouped_bars, peak_extra_bytes, print_profile, pyplot, settings,
+                     write_results)
 from sparse_softmax.losses import as_softmax_loss, sparse_softmax_loss
 
 LOSSES = {
@@ -66,20 +67,6 @@ def peak_buffers(loss, n: int, v: int, device: str, dtype: torch.dtype) -> int:
     return peak_extra_bytes(lambda: step(loss, logits, target), device)
 
 
-def profile(name: str, loss, n: int, v: int, device: str, dtype: torch.dtype) -> None:
-    """Print where one forward+backward of ``name`` spends its time, op by op (torch.profiler)."""
-    logits, target = make_inputs(n, v, device, dtype)
-    step(loss, logits, target)
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
-        step(loss, logits, target)
-        sync(device)
-    sort = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
-    print(f"--- profile: {name}, N={n} V={v}\n" + prof.key_averages().table(sort_by=sort, row_limit=12, max_name_column_width=48))
-
-
 def plot(rows: list[dict], path: Path) -> None:
     fig, axes = pyplot().subplots(1, 2, figsize=(10, 3.8))
     grouped_bars(axes[0], rows, "case", "loss", "time_ratio", "fwd+bwd time / cross_entropy")
@@ -115,7 +102,8 @@ def main() -> None:
             print(f"{r['case']:>16} {name:>22}: {r['ms']:8.1f} ms  {r['time_ratio']:5.2f}x CE  "
                   f"peak +{r['extra_buffers']:.2f} N×V", flush=True)
             if args.profile:
-                profile(name, fn, n, v, args.device, dtype)
+                logits, target = make_inputs(n, v, args.device, dtype)
+                print_profile(f"{name}, N={n} V={v}", lambda: step(fn, logits, target), args.device)
     device = device_name(args.device)
     lines = [f"Device: {device}; torch {torch.__version__}; {args.dtype} logits; min of {args.repeats} fwd+bwd runs.", "",
              "| case | loss | time (ms) | time / CE | peak extra memory (N×V fp32 buffers) |",

@@ -142,6 +142,21 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def print_profile(title: str, step: Callable[[], None], device: str, rows: int = 12) -> None:
+    """Print where one run of ``step`` (after one run to warm it up) spends its time, op by op
+    (torch.profiler), the ops that took longest on the device first."""
+    step()
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        step()
+        sync(device)
+    sort = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+    print(f"--- profile: {title}\n" + prof.key_averages().table(sort_by=sort, row_limit=rows, max_name_column_width=48),
+          flush=True)
+
+
 def best_times(steps: dict[str, Callable[[], None]], repeats: int, device: str) -> dict[str, float]:
     """Seconds of each step: one warm-up each, then the minimum of ``repeats`` interleaved runs."""
     for step in steps.values():

@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from measure import best_times, device_name, grouped_bars, peak_extra_bytes, pyplot, with_settings, write_results
+from measure import (best_times, device_name, grouped_bars, peak_extra_bytes, print_profile, pyplot, with_settings,
+                     write_results)
 from sparse_softmax.losses import as_softmax, fused_output_loss, output_layer, sparse_softmax_loss
 
 CASES = "1024x256x8000,4096x512x32000,8192x1024x50000"
@@ -126,6 +127,8 @@ def main() -> None:
     parser.add_argument("--cases", default=CASES, help="NxHxV,... (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "output_layer_speed",
                         help="writes OUT.md (table) and OUT.png (plot)")
+    parser.add_argument("--profile", metavar="TEXT", action="append", default=[],
+                        help="also print the op-by-op profile of the variants whose names contain TEXT (repeatable)")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     rows = []
@@ -134,6 +137,9 @@ def main() -> None:
         steps = variants(n, h, v, args.device, dtype)
         times = best_times({name: s[0] for name, s in steps.items()}, args.repeats, args.device)
         memory = {name: peak_extra_bytes(s[0], args.device) for name, s in steps.items()}
+        for name, (run, _) in steps.items():
+            if any(text in name for text in args.profile):
+                print_profile(f"{name}, N={n} H={h} V={v}", run, args.device)
         base = next(iter(steps))
         for name, (_, inputs) in steps.items():
             rows.append({"case": f"N={n} H={h} V={v}", "variant": name, "ms": 1e3 * times[name],
