@@ -96,11 +96,14 @@ def grouped_bars(ax, rows: list[dict], group: str, series: str, value: str, titl
                  baseline: float | None = 1.0) -> None:
     """One bar per row: ``rows[value]``, grouped on the x axis by ``rows[group]`` and coloured by
     ``rows[series]``, both in order of first appearance; a dashed line at ``baseline`` (None: none)."""
+    import matplotlib
+
     groups, names = list(dict.fromkeys(r[group] for r in rows)), list(dict.fromkeys(r[series] for r in rows))
     width = 0.8 / len(names)
+    colours = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"].colors  # tab10 repeats after 10
     for i, name in enumerate(names):
         values = [next(r[value] for r in rows if r[group] == g and r[series] == name) for g in groups]
-        ax.bar([j + i * width for j in range(len(groups))], values, width, label=name)
+        ax.bar([j + i * width for j in range(len(groups))], values, width, label=name, color=colours[i % len(colours)])
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))], groups, fontsize=8)
     if baseline is not None:
         ax.axhline(baseline, color="grey", lw=0.8, ls="--")
