@@ -8,7 +8,8 @@ sweeps over its logits, all arithmetic in float32 registers: (1) the running max
 ``e_i < e_t - δ·Σe``, i.e. ``p_t - p_i > δ``, the same test as ``as_softmax_chunk``) the kept mass
 Σ_kept e and the kept count; (3) the weighted gradient ``w·(e/Σ_kept e on kept classes - onehot(t))``,
 written once in the logits' dtype. A row is 256 KB in bf16 at V = 128k, so the second and third sweeps
-mostly read what the first left in L2.
+mostly read what the first left in L2. With δ ≥ 1 (the fused layer's cross_entropy) the cutoff is at most 0,
+every class is kept and Σ_kept e = Σ e: the second sweep is skipped.
 
 Masked rows (the target alone is kept) get loss 0 and gradient exactly 0, as in the PyTorch path.
 Float64 logits stay on the PyTorch path (the kernel computes in float32).
@@ -27,7 +28,7 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 @triton.jit
 def _as_softmax_row(z_ptr, z_stride, target_ptr, weight_ptr, delta, loss_ptr, nll_ptr, kept_ptr,
-                    grad_ptr, grad_stride, V, WANT_GRAD: tl.constexpr, BLOCK: tl.constexpr):
+                    grad_ptr, grad_stride, V, WANT_GRAD: tl.constexpr, ALL_KEPT: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     z_row = z_ptr + row * z_stride
     target = tl.load(target_ptr + row)
@@ -48,17 +49,22 @@ def _as_softmax_row(z_ptr, z_stride, target_ptr, weight_ptr, delta, loss_ptr, nl
     log_e_t = z_t - top
     cutoff = tl.exp(log_e_t) - delta * total
 
-    # (2) the kept classes' mass and count
-    kept_sum = tl.zeros([BLOCK], tl.float32)
-    kept_count = tl.zeros([BLOCK], tl.int32)
-    for start in tl.range(0, V, BLOCK):
-        inside = start + cols < V
-        e = tl.exp(tl.load(z_row + start + cols, mask=inside, other=float("-inf")).to(tl.float32) - top)
-        keep = inside & (e >= cutoff)
-        kept_sum += tl.where(keep, e, 0.0)
-        kept_count += keep.to(tl.int32)
-    kept_mass = tl.sum(kept_sum, axis=0)
-    kept = tl.sum(kept_count, axis=0)
+    # (2) the kept classes' mass and count; with δ ≥ 1 (cross_entropy) every class, without a sweep
+    if ALL_KEPT:
+        cutoff = float("-inf")
+        kept_mass = total
+        kept = V + tl.zeros([], tl.int32)
+    else:
+        kept_sum = tl.zeros([BLOCK], tl.float32)
+        kept_count = tl.zeros([BLOCK], tl.int32)
+        for start in tl.range(0, V, BLOCK):
+            inside = start + cols < V
+            e = tl.exp(tl.load(z_row + start + cols, mask=inside, other=float("-inf")).to(tl.float32) - top)
+            keep = inside & (e >= cutoff)
+            kept_sum += tl.where(keep, e, 0.0)
+            kept_count += keep.to(tl.int32)
+        kept_mass = tl.sum(kept_sum, axis=0)
+        kept = tl.sum(kept_count, axis=0)
     masked = kept == 1
     tl.store(loss_ptr + row, tl.where(masked, 0.0, tl.log(kept_mass) - log_e_t))
     tl.store(nll_ptr + row, tl.log(total) - log_e_t)
@@ -93,5 +99,6 @@ def as_softmax_rows_triton(logits: Tensor, target: Tensor, weight: Tensor, delta
     grad = (logits if in_place else torch.empty_like(logits)) if want_grad else row_loss  # the kernel ignores it then
     if n:
         _as_softmax_row[(n,)](logits, logits.stride(0), target, weight, float(delta), row_loss, nll, kept,
-                              grad, grad.stride(0), v, WANT_GRAD=want_grad, BLOCK=min(BLOCK, triton.next_power_of_2(v)))
+                              grad, grad.stride(0), v, WANT_GRAD=want_grad, ALL_KEPT=delta >= 1.0,
+                              BLOCK=min(BLOCK, triton.next_power_of_2(v)))
     return row_loss, nll, kept == 1, kept == v, grad if want_grad else None
