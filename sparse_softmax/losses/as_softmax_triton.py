@@ -21,6 +21,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from .sparse_softmax_triton import _online_lse
+
 #: Logits per load: wide enough to keep the memory system busy, small enough for registers.
 BLOCK = 4096
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -40,10 +42,7 @@ def _as_softmax_row(z_ptr, z_stride, target_ptr, weight_ptr, delta, loss_ptr, nl
     lane_sum = tl.zeros([BLOCK], tl.float32)
     for start in tl.range(0, V, BLOCK):
         z = tl.load(z_row + start + cols, mask=start + cols < V, other=float("-inf")).to(tl.float32)
-        new_max = tl.maximum(lane_max, z)
-        shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # lanes with nothing finite yet
-        lane_sum = lane_sum * tl.exp(lane_max - shift) + tl.exp(z - shift)
-        lane_max = new_max
+        lane_max, lane_sum = _online_lse(lane_max, lane_sum, z)
     top = tl.max(lane_max, axis=0)
     total = tl.sum(lane_sum * tl.exp(lane_max - top), axis=0)
     log_e_t = z_t - top
