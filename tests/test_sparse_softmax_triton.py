@@ -91,8 +91,8 @@ def _no_sweep(z_row, V, K: tl.constexpr, BLOCK: tl.constexpr, INSERT_LIMIT: tl.c
 
 
 def lane_rows(n: int, lanes: int):
-    """Random rows of 4 lanes' width in which row 1 has three of its top 3 in lane 5, and row 3 a single
-    finite logit (both need the merging sweep); the other rows have their top 10 in distinct lanes."""
+    """Random rows of 4 lanes' width in which row 1 has its top three in lane 5, and row 3 a single finite
+    logit (both need the merging sweep); no lane of the other rows holds three of their top 10."""
     g = torch.Generator().manual_seed(7)
     z = torch.randn(n, 4 * lanes, generator=g)
     z[1, [5, 5 + lanes, 5 + 3 * lanes]] = torch.tensor([9.0, 8.0, 7.0])
