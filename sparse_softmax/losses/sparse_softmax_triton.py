@@ -191,11 +191,11 @@ def _sparse_softmax_row(z_ptr, z_stride, target_ptr, k, smoothing, loss_ptr, nll
         kept = tl.reshape(tl.join(_lane_keys(lane_max, first_col), _lane_keys(second, second_col)), [1, 2 * BLOCK])
         best = tl.topk(kept, K)
         kth = tl.min(tl.where(tl.arange(0, K)[None, :] < k, best, HIGHEST), axis=1)
-        kth_value, _ = _unkey(kth)
+        kth_value = _unkey(kth)[0]
         # Exact unless a lane let go of a logit above the k-th chosen (three of the top k in one lane: about
         # C(k, 3) / BLOCK² of random rows), or fewer than k logits were finite: then the merging sweep.
         if tl.max(((tl.max(let_go, axis=0) > kth_value) | (kth == LOWEST)).to(tl.int32), axis=0) > 0:
-            _, _, best = _sweep_merging(z_row, V, K, BLOCK, INSERT_LIMIT)
+            best = _sweep_merging(z_row, V, K, BLOCK, INSERT_LIMIT)[2]
     else:
         lane_max, lane_sum, best = _sweep_merging(z_row, V, K, BLOCK, INSERT_LIMIT)
     top = tl.max(lane_max, axis=0)
