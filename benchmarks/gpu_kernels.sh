@@ -18,6 +18,6 @@ step 150 output_layer "$python" benchmarks/output_layer_speed.py --device cuda -
     --out "$out/output_layer_speed"
 step 120 loss "$python" benchmarks/loss_speed.py --device cuda --dtype bfloat16 --cases 16384x32000,16384x128000 \
     --repeats 10 --out "$out/loss_speed"
-step 100 tuning "$python" benchmarks/kernel_tuning.py --cases 16384x1024x32000,16384x1024x128000 --repeats 3 \
+step 150 tuning "$python" benchmarks/kernel_tuning.py --cases 16384x1024x32000,16384x1024x128000 --repeats 3 \
     --out "$out/kernel_tuning.md"
 exit $status

@@ -1,15 +1,18 @@
 #!/usr/bin/env python
 """Times the GPU kernels' settings, to choose the defaults their modules hold: tile sizes, warps, pipeline
-stages and the candidate merge of the on-chip Sparse-softmax layer (``output_layer_triton``), block and
-warps of the Sparse-softmax row kernel (``sparse_softmax_triton``), and the rows a block of the fused
-output layer's block path takes on an accelerator (cross_entropy, as_softmax).
+stages and the candidate merge of the on-chip Sparse-softmax layer (``output_layer_triton``), block, warps
+and sweep of the Sparse-softmax row kernel (``sparse_softmax_triton``), block and warps of the AS row kernel
+(``as_softmax_triton``), and the rows a block of the fused output layer's block path takes on an
+accelerator (cross_entropy, as_softmax).
 
 Each setting is timed against what bounds it in the same run, interleaved (``measure.best_times``):
 the on-chip layer's forward (logits, log-sum-exp, top k, gradient pairs) against ``F.linear`` alone,
 the product it cannot beat, and against the layer's other forward (blocks of ``F.linear`` logits scored
 by the row kernel); the row kernel against ``F.cross_entropy``'s forward on the same logits,
-which reads them once; the block path's forward + backward against ``F.linear`` + ``F.cross_entropy``
-+ backward. CUDA only.
+which reads them once; the AS kernel (loss and gradient, written in place as the fused layer has it:
+its time does not depend on the values it reads) against ``F.cross_entropy``'s forward and backward on
+the same logits; the block path's forward + backward against ``F.linear`` + ``F.cross_entropy`` +
+backward. CUDA only.
 
     python benchmarks/kernel_tuning.py --cases 16384x1024x32000,16384x1024x128000
 """
@@ -23,19 +26,21 @@ import torch.nn.functional as F
 
 from measure import best_times, device_name, with_settings
 from sparse_softmax.losses import _common, fused_output_loss, output_layer
+from sparse_softmax.losses import as_softmax_triton as as_kernel
 from sparse_softmax.losses import output_layer_triton as layer_kernel
 from sparse_softmax.losses import sparse_softmax_triton as row_kernel
 
 K = 10
 #: On-chip layer settings: BLOCK_M, BLOCK_V, BLOCK_H, NUM_WARPS, NUM_STAGES, INSERT_LIMIT (0: always sort).
-LAYER_SETTINGS = [
-    (128, 128, 64, 8, 3, 4), (128, 128, 64, 8, 4, 4), (128, 128, 64, 8, 3, 16), (128, 128, 32, 8, 4, 4),
-    (128, 256, 64, 8, 3, 4), (64, 128, 64, 4, 3, 4), (64, 128, 64, 4, 3, 0),
-]
+#: The layer's default, and the one setting that does not spill registers on sm_90 (kernel_compile.py --tuning);
+#: the others timed on an H100 and an H200 were all slower (benchmarks/results/gpu_h100.md, gpu_h200.md).
+LAYER_SETTINGS = [(128, 128, 64, 8, 3, 4), (128, 128, 32, 8, 4, 4)]
 #: Row kernel settings: BLOCK, NUM_WARPS, INSERT_LIMIT, BY_LANES. Merging, 2 warps, insert ≤ 4 was the fastest
 #: on both GPUs measured (benchmarks/results/gpu_h100.md, gpu_h200.md); the lanes' sweep has not run on one yet.
 ROW_SETTINGS = [(1024, 2, 4, False), (1024, 4, 4, False), (256, 2, 4, True), (512, 2, 4, True), (512, 4, 4, True),
                 (1024, 2, 4, True), (1024, 4, 4, True), (2048, 4, 4, True)]
+#: AS row kernel settings: BLOCK, NUM_WARPS (the default 4096, 4 first).
+AS_SETTINGS = [(4096, 4), (4096, 8), (2048, 4), (2048, 8), (1024, 4), (8192, 8)]
 #: Logits a block of the fused block path may hold on an accelerator: the default (2^28,
 #: ``_common._ACCELERATOR_CHUNK_ELEMENTS``) and one on either side.
 BLOCK_BUDGETS = [1 << 27, 1 << 28, 1 << 29]
@@ -73,6 +78,27 @@ def row_rows(n: int, v: int, repeats: int) -> list[str]:
         steps[f"row kernel, block {block}, {warps} warps, {sweep}"] = with_settings(
             row_kernel, lambda: row_kernel.sparse_softmax_chunk_triton(z, target, K, 0.0, True),
             BLOCK=block, NUM_WARPS=warps, INSERT_LIMIT=limit, BY_LANES=lanes)
+    return table(f"N={n} V={v}", best_times(steps, repeats, "cuda"))
+
+
+def as_rows(n: int, v: int, repeats: int) -> list[str]:
+    g = torch.Generator().manual_seed(0)
+    z = (torch.randn(n, v, generator=g) * 2).cuda().bfloat16()
+    logits = z.clone().requires_grad_(True)
+    target = torch.randint(0, v, (n,), generator=g).cuda()
+    weight = torch.ones(n, device=z.device)
+
+    def cross_entropy():
+        logits.grad = None
+        F.cross_entropy(logits, target, reduction="sum").backward()
+
+    steps = {"F.cross_entropy forward + backward (bf16 logits)": cross_entropy}
+    for delta in (0.3, 1.0):
+        for block, warps in AS_SETTINGS if delta < 1 else AS_SETTINGS[:1]:
+            steps[f"AS kernel δ={delta}, block {block}, {warps} warps"] = with_settings(
+                as_kernel, lambda delta=delta: as_kernel.as_softmax_rows_triton(z, target, weight, delta, True,
+                                                                               in_place=True),
+                BLOCK=block, NUM_WARPS=warps)
     return table(f"N={n} V={v}", best_times(steps, repeats, "cuda"))
 
 
@@ -116,12 +142,14 @@ def main() -> None:
     header = ["| case | setting | ms | ÷ first row |", "|---|---|---:|---:|"]
     sections = {"On-chip Sparse-softmax layer, forward with gradient pairs (bf16)": [],
                 "Sparse-softmax row kernel, forward with gradient pairs (bf16 logits)": [],
+                "AS row kernel, loss and gradient (bf16 logits)": [],
                 "Fused block path, forward + backward (bf16)": []}
     for case in args.cases.split(","):
         n, h, v = map(int, case.split("x"))
-        layer, rows, blocks = sections.values()
+        layer, rows, as_kernel_rows, blocks = sections.values()
         layer += layer_rows(n, h, v, args.repeats)
         rows += row_rows(n, v, args.repeats)
+        as_kernel_rows += as_rows(n, v, args.repeats)
         blocks += block_rows(n, h, v, args.repeats)
     lines = [f"Device: {device_name('cuda')}; torch {torch.__version__}; min of {args.repeats} interleaved runs; "
              f"k = {K}."]

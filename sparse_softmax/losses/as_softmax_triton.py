@@ -23,8 +23,10 @@ from torch import Tensor
 
 from .sparse_softmax_triton import _online_lse
 
-#: Logits per load: wide enough to keep the memory system busy, small enough for registers.
-BLOCK = 4096
+#: Logits per load: wide enough to keep the memory system busy, small enough for registers; and warps per
+#: row (Triton's default). benchmarks/kernel_tuning.py times others: at these a program takes 168 registers
+#: a thread on sm_90 (benchmarks/kernel_compile.py), so an SM holds only three rows at once.
+BLOCK, NUM_WARPS = 4096, 4
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -99,5 +101,5 @@ def as_softmax_rows_triton(logits: Tensor, target: Tensor, weight: Tensor, delta
     if n:
         _as_softmax_row[(n,)](logits, logits.stride(0), target, weight, float(delta), row_loss, nll, kept,
                               grad, grad.stride(0), v, WANT_GRAD=want_grad, ALL_KEPT=delta >= 1.0,
-                              BLOCK=min(BLOCK, triton.next_power_of_2(v)))
+                              BLOCK=min(BLOCK, triton.next_power_of_2(v)), num_warps=NUM_WARPS)
     return row_loss, nll, kept == 1, kept == v, grad if want_grad else None

@@ -1,0 +1,155 @@
+#!/usr/bin/env python
+"""Compiles every Triton kernel of the losses for a GPU on any machine, no GPU needed: what Triton's compiler
+refuses (the interpreter, which the CPU tests use, runs some code the compiler does not take), and each kernel's
+registers and spills as ``ptxas`` reports them.
+
+Each kernel is compiled with the arguments its own launch function passes it, captured instead of launched
+(bf16 inputs, the modules' default settings, and each alternative a module switches between: the row kernel's
+two sweeps, the AS kernel with δ < 1 and δ = 1, the on-chip layer and its backward). ``--tuning`` adds the
+settings benchmarks/kernel_tuning.py times. Needs a Triton with its NVIDIA backend (its wheels bring ``ptxas``);
+exits 1 if a kernel does not compile.
+
+    python benchmarks/kernel_compile.py                 # for sm_90 (H100, H200)
+    python benchmarks/kernel_compile.py --arch 80 --tuning
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from typing import Callable
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    sys.exit("kernel_compile.py compiles the kernels: run it without TRITON_INTERPRET=1")
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from sparse_softmax.losses import as_softmax_triton, output_layer_triton, sparse_softmax_triton
+from measure import settings
+
+TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int64: "i64",
+         torch.int32: "i32", torch.bool: "i1"}
+
+
+def captured(kernel, launch: Callable[[], object]) -> tuple[tuple, dict]:
+    """The arguments ``launch()`` hands ``kernel`` (a ``triton.jit`` function), which it then does not run."""
+    calls = []
+    kernel.run = lambda *args, grid, warmup, **kwargs: calls.append((args, kwargs))
+    try:
+        launch()
+    finally:
+        del kernel.run
+    (call,) = calls
+    return call
+
+
+def signature(kernel, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
+    """(signature, constexpr values, compile options) of a launch, as ``triton.compile`` takes them."""
+    kwargs = dict(kwargs)
+    options = {key: kwargs.pop(key) for key in ("num_warps", "num_stages") if key in kwargs}
+    values = dict(zip(kernel.arg_names, args)) | kwargs
+    types, constants = {}, {}
+    for param in kernel.params:
+        value = values[param.name]
+        if param.is_constexpr:
+            types[param.name], constants[param.name] = "constexpr", value
+        elif isinstance(value, torch.Tensor):
+            types[param.name] = "*" + TYPES[value.dtype]
+        elif isinstance(value, bool):
+            types[param.name] = "i1"
+        elif isinstance(value, int):
+            types[param.name] = "i32" if -2**31 <= value < 2**31 else "i64"
+        else:
+            types[param.name] = "fp32"
+    return types, constants, options
+
+
+def compile_for(kernel, launch: Callable[[], object], arch: int) -> str:
+    """Compile the launch for sm_``arch``; ptxas's line on registers and spills."""
+    types, constants, options = signature(kernel, *captured(kernel, launch))
+    compiled = triton.compile(ASTSource(kernel, types, constants), target=GPUTarget("cuda", arch, 32),
+                              options=options)
+    ptx = compiled.asm["ptx"]
+    gpu = re.search(r"^\.target\s+(\w+)", ptx, flags=re.M)[1]
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as source:
+        source.write(ptx)
+        source.flush()
+        out = subprocess.run([ptxas, "-v", "--gpu-name", gpu, source.name, "-o", os.devnull],
+                             capture_output=True, text=True, check=True)
+    registers = re.search(r"Used (\d+) registers", out.stderr)[1]
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out.stderr)
+    return f"{registers} registers, spills {spills[1]} B stored / {spills[2]} B loaded"
+
+
+def launches(tuning: bool) -> dict[str, tuple]:
+    """name → (kernel, launch function, module settings) for every compile to check."""
+    g = torch.Generator().manual_seed(0)
+    n, h, v, k = 8, 64, 10000, 10  # V above every block any setting asks for, which a smaller V would cut down
+    z = torch.randn(n, v, generator=g).bfloat16()
+    target = torch.randint(0, v, (n,), generator=g)
+    hidden, weight = torch.randn(n, h, generator=g).bfloat16(), torch.randn(v, h, generator=g).bfloat16()
+    rows, weights = torch.arange(n), torch.ones(n)
+    pairs = sparse_softmax_triton.empty_rows(n, k, z.device, True)[0]
+    row, layer = sparse_softmax_triton, output_layer_triton
+
+    def row_kernel():
+        return row.sparse_softmax_chunk_triton(z, target, k, 0.1, True)
+
+    def on_chip():
+        return layer.sparse_output_layer_triton(hidden, weight, None, rows, target, k, 0.0, True)
+
+    out = {
+        "Sparse-softmax row kernel, merging": (row._sparse_softmax_row, row_kernel, row, {"BY_LANES": False}),
+        "Sparse-softmax row kernel, by lanes": (row._sparse_softmax_row, row_kernel, row, {"BY_LANES": True}),
+        "AS row kernel, δ = 0.3": (as_softmax_triton._as_softmax_row, lambda: as_softmax_triton.as_softmax_rows_triton(
+            z, target, weights, 0.3, True, in_place=True), as_softmax_triton, {}),
+        "AS row kernel, δ = 1 (cross_entropy)": (as_softmax_triton._as_softmax_row,
+                                                 lambda: as_softmax_triton.as_softmax_rows_triton(
+                                                     z, target, weights, 1.0, True, in_place=True), as_softmax_triton, {}),
+        "on-chip Sparse-softmax layer": (layer._sparse_output_layer, on_chip, layer, {}),
+        "on-chip layer's backward": (layer._sparse_layer_backward, lambda: layer.sparse_layer_backward_triton(
+            hidden, weight, rows, pairs.classes, pairs.grad, torch.zeros(n, h), torch.zeros(v, h)), layer, {}),
+    }
+    if tuning:
+        from kernel_tuning import AS_SETTINGS, LAYER_SETTINGS, ROW_SETTINGS
+        for block, warps in AS_SETTINGS:
+            out[f"AS row kernel, δ = 0.3, block {block}, {warps} warps"] = (
+                *out["AS row kernel, δ = 0.3"][:3], {"BLOCK": block, "NUM_WARPS": warps})
+        for block, warps, limit, lanes in ROW_SETTINGS:
+            out[f"row kernel, block {block}, {warps} warps, {'by lanes' if lanes else f'insert ≤ {limit}'}"] = (
+                row._sparse_softmax_row, row_kernel, row,
+                {"BLOCK": block, "NUM_WARPS": warps, "INSERT_LIMIT": limit, "BY_LANES": lanes})
+        for m, bv, bh, warps, stages, limit in LAYER_SETTINGS:
+            out[f"on-chip {m}x{bv}x{bh}, {warps} warps, {stages} stages, insert ≤ {limit}"] = (
+                layer._sparse_output_layer, on_chip, layer,
+                {"BLOCK_M": m, "BLOCK_V": bv, "BLOCK_H": bh, "NUM_WARPS": warps, "NUM_STAGES": stages,
+                 "INSERT_LIMIT": limit})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", type=int, default=90, help="the GPU's compute capability × 10 (default: %(default)s)")
+    parser.add_argument("--tuning", action="store_true", help="also every setting kernel_tuning.py times")
+    args = parser.parse_args()
+    failed = 0
+    for name, (kernel, launch, module, values) in launches(args.tuning).items():
+        try:
+            with settings(module, **values):
+                print(f"{name}: {compile_for(kernel, launch, args.arch)}", flush=True)
+        except Exception as error:  # every kernel gets its turn; the failures are counted and summed up
+            failed += 1
+            print(f"{name}: FAILED: {type(error).__name__}: {error}", flush=True)
+    print(f"{failed} of the kernels did not compile for sm_{args.arch}" if failed else f"all compiled for sm_{args.arch}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
