@@ -77,7 +77,9 @@ def compile_for(kernel, launch: Callable[[], object], arch: int) -> str:
                               options=options)
     ptx = compiled.asm["ptx"]
     gpu = re.search(r"^\.target\s+(\w+)", ptx, flags=re.M)[1]
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    blackwell = os.path.join(tools, "ptxas-blackwell")  # Triton's wheels bring one for sm_100 and later
+    ptxas = blackwell if arch >= 100 and os.path.exists(blackwell) else os.path.join(tools, "ptxas")
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as source:
         source.write(ptx)
         source.flush()
