@@ -53,12 +53,14 @@ def layer_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
     target = torch.randint(0, v, (n,), generator=g).cuda()
     rows = torch.arange(n, device="cuda")
     block = _common.chunk_rows(hidden.device, v, fused=True, width=h)
+    def by_blocks():  # output_layer.SPARSE_ON_CHIP = False
+        output_layer.sparse_pairs_by_blocks(hidden, weight, None, rows, target, K, 0.0, True)
+
+    lanes = not row_kernel.BY_LANES  # the row kernel's other sweep
     steps = {"F.linear (bf16 logits)": lambda: F.linear(hidden, weight),
-             f"F.linear then the row kernel, blocks of {block} rows":  # output_layer.SPARSE_ON_CHIP = False
-             lambda: output_layer.sparse_pairs_by_blocks(hidden, weight, None, rows, target, K, 0.0, True)}
-    lanes = not row_kernel.BY_LANES
-    steps[f"F.linear then the row kernel {'by lanes' if lanes else 'merging'}, blocks of {block} rows"] = \
-        with_settings(row_kernel, steps[f"F.linear then the row kernel, blocks of {block} rows"], BY_LANES=lanes)
+             f"F.linear then the row kernel, blocks of {block} rows": by_blocks,
+             f"F.linear then the row kernel {'by lanes' if lanes else 'merging'}, blocks of {block} rows":
+             with_settings(row_kernel, by_blocks, BY_LANES=lanes)}
     for m, bv, bh, warps, stages, limit in LAYER_SETTINGS:
         steps[f"on-chip {m}x{bv}x{bh}, {warps} warps, {stages} stages, insert ≤ {limit}"] = with_settings(
             layer_kernel, lambda: layer_kernel.sparse_output_layer_triton(hidden, weight, None, rows, target, K, 0.0,

@@ -99,7 +99,7 @@ def main() -> None:
             rows.append({"case": f"N={n} V={v}", "loss": name, "ms": times[name] * 1e3,
                          "time_ratio": times[name] / times["cross_entropy"], "extra_buffers": extra / buffer})
             r = rows[-1]
-            print(f"{r['case']:>16} {name:>22}: {r['ms']:8.1f} ms  {r['time_ratio']:5.2f}x CE  "
+            print(f"{r['case']:>16} {name:>30}: {r['ms']:8.1f} ms  {r['time_ratio']:5.2f}x CE  "
                   f"peak +{r['extra_buffers']:.2f} N×V", flush=True)
             if args.profile:
                 logits, target = make_inputs(n, v, args.device, dtype)
