@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Compiles every Triton kernel of the losses for a GPU on any machine, no GPU needed: what Triton's compiler
 refuses (the interpreter, which the CPU tests use, runs some code the compiler does not take), and each kernel's
-registers and spills as ``ptxas`` reports them.
+registers and spills as ``ptxas`` reports them, with how many of its programs an SM's registers can hold at once
+(an upper bound on the rows or tiles in flight: shared memory and the SM's thread limit may allow fewer).
 
 Each kernel is compiled with the arguments its own launch function passes it, captured instead of launched
 (bf16 inputs, the modules' default settings, and each alternative a module switches between: the row kernel's
@@ -85,9 +86,13 @@ def compile_for(kernel, launch: Callable[[], object], arch: int) -> str:
         source.flush()
         out = subprocess.run([ptxas, "-v", "--gpu-name", gpu, source.name, "-o", os.devnull],
                              capture_output=True, text=True, check=True)
-    registers = re.search(r"Used (\d+) registers", out.stderr)[1]
+    registers = int(re.search(r"Used (\d+) registers", out.stderr)[1])
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out.stderr)
-    return f"{registers} registers, spills {spills[1]} B stored / {spills[2]} B loaded"
+    # An SM's 65,536 registers, given out in 8-register steps a thread: at most this many programs at once.
+    threads = 32 * options.get("num_warps", 4)
+    programs = 65536 // (-(-registers // 8) * 8 * threads)
+    return (f"{registers} registers, spills {spills[1]} B stored / {spills[2]} B loaded; "
+            f"an SM's registers hold {programs} program{'' if programs == 1 else 's'} of {threads} threads")
 
 
 def launches(tuning: bool) -> dict[str, tuple]:
