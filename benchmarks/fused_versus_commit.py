@@ -18,19 +18,20 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import torch
+import torch.nn.functional as F
+
+from measure import ROOT, best_times
+
 LOSSES = {"cross_entropy": {}, "sparse_softmax": {"k": 10}, "as_softmax": {"delta": 0.3}}
 
 
 def child(root: Path, case: str, repeats: int) -> None:
-    """Print (JSON) the minimum seconds of each loss's step with the package under ``root``."""
+    """Print (JSON) each loss's seconds a step with the package under ``root`` (``best_times``: the losses
+    interleaved, the minimum of ``repeats`` after a warm-up)."""
     sys.path.insert(0, str(root))
-    import torch
-    import torch.nn.functional as F
-
     package = "sparse_softmax.losses" if (root / "sparse_softmax").is_dir() else "user_dir.losses"
     losses = importlib.import_module(package)
     if not Path(losses.__file__).resolve().is_relative_to(root.resolve()):
@@ -40,16 +41,13 @@ def child(root: Path, case: str, repeats: int) -> None:
     hidden = (torch.randn(n, h, generator=g) * 0.5).requires_grad_(True)
     weight = F.normalize(torch.randn(v, h, generator=g), dim=-1).requires_grad_(True)
     target = torch.randint(0, v, (n,), generator=g)
-    best = {}
-    for loss, options in LOSSES.items():
-        times = []
-        for _ in range(repeats + 1):  # the first warms up
-            hidden.grad = weight.grad = None
-            start = time.perf_counter()
-            losses.fused_output_loss(hidden, weight, target, loss, **options).loss.backward()
-            times.append(time.perf_counter() - start)
-        best[loss] = min(times[1:])
-    print(json.dumps(best))
+
+    def step(loss: str, options: dict) -> None:
+        hidden.grad = weight.grad = None
+        losses.fused_output_loss(hidden, weight, target, loss, **options).loss.backward()
+
+    steps = {loss: lambda loss=loss, options=options: step(loss, options) for loss, options in LOSSES.items()}
+    print(json.dumps(best_times(steps, repeats, "cpu")))
 
 
 def main() -> None:
