@@ -72,7 +72,8 @@ def signature(kernel, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
 
 
 def compile_for(kernel, launch: Callable[[], object], arch: int) -> str:
-    """Compile the launch for sm_``arch``; ptxas's line on registers and spills."""
+    """Compile the launch for sm_``arch``; its registers and spills (ptxas's), and how many of its programs an
+    SM's registers hold."""
     types, constants, options = signature(kernel, *captured(kernel, launch))
     compiled = triton.compile(ASTSource(kernel, types, constants), target=GPUTarget("cuda", arch, 32),
                               options=options)
@@ -112,32 +113,31 @@ def launches(tuning: bool) -> dict[str, tuple]:
     def on_chip():
         return layer.sparse_output_layer_triton(hidden, weight, None, rows, target, k, 0.0, True)
 
+    def as_kernel(delta: float):
+        return (as_softmax_triton._as_softmax_row,
+                lambda: as_softmax_triton.as_softmax_rows_triton(z, target, weights, delta, True, in_place=True),
+                as_softmax_triton)
+
     out = {
         "Sparse-softmax row kernel, merging": (row._sparse_softmax_row, row_kernel, row, {"BY_LANES": False}),
         "Sparse-softmax row kernel, by lanes": (row._sparse_softmax_row, row_kernel, row, {"BY_LANES": True}),
-        "AS row kernel, δ = 0.3": (as_softmax_triton._as_softmax_row, lambda: as_softmax_triton.as_softmax_rows_triton(
-            z, target, weights, 0.3, True, in_place=True), as_softmax_triton, {}),
-        "AS row kernel, δ = 1 (cross_entropy)": (as_softmax_triton._as_softmax_row,
-                                                 lambda: as_softmax_triton.as_softmax_rows_triton(
-                                                     z, target, weights, 1.0, True, in_place=True), as_softmax_triton, {}),
+        "AS row kernel, δ = 0.3": (*as_kernel(0.3), {}),
+        "AS row kernel, δ = 1 (cross_entropy)": (*as_kernel(1.0), {}),
         "on-chip Sparse-softmax layer": (layer._sparse_output_layer, on_chip, layer, {}),
         "on-chip layer's backward": (layer._sparse_layer_backward, lambda: layer.sparse_layer_backward_triton(
             hidden, weight, rows, pairs.classes, pairs.grad, torch.zeros(n, h), torch.zeros(v, h)), layer, {}),
     }
     if tuning:
-        from kernel_tuning import AS_SETTINGS, LAYER_SETTINGS, ROW_SETTINGS
-        for block, warps in AS_SETTINGS:
-            out[f"AS row kernel, δ = 0.3, block {block}, {warps} warps"] = (
-                *out["AS row kernel, δ = 0.3"][:3], {"BLOCK": block, "NUM_WARPS": warps})
-        for block, warps, limit, lanes in ROW_SETTINGS:
-            out[f"row kernel, block {block}, {warps} warps, {'by lanes' if lanes else f'insert ≤ {limit}'}"] = (
-                row._sparse_softmax_row, row_kernel, row,
-                {"BLOCK": block, "NUM_WARPS": warps, "INSERT_LIMIT": limit, "BY_LANES": lanes})
-        for m, bv, bh, warps, stages, limit in LAYER_SETTINGS:
-            out[f"on-chip {m}x{bv}x{bh}, {warps} warps, {stages} stages, insert ≤ {limit}"] = (
-                layer._sparse_output_layer, on_chip, layer,
-                {"BLOCK_M": m, "BLOCK_V": bv, "BLOCK_H": bh, "NUM_WARPS": warps, "NUM_STAGES": stages,
-                 "INSERT_LIMIT": limit})
+        from kernel_tuning import AS_SETTINGS, LAYER_SETTINGS, ROW_SETTINGS, as_setting, layer_setting, row_setting
+        for setting in AS_SETTINGS:
+            name, values = as_setting(*setting)
+            out[f"AS row kernel, δ = 0.3, {name}"] = (*as_kernel(0.3), values)
+        for setting in ROW_SETTINGS:
+            name, values = row_setting(*setting)
+            out[name] = (row._sparse_softmax_row, row_kernel, row, values)
+        for setting in LAYER_SETTINGS:
+            name, values = layer_setting(*setting)
+            out[name] = (layer._sparse_output_layer, on_chip, layer, values)
     return out
 
 

@@ -46,6 +46,24 @@ AS_SETTINGS = [(4096, 4), (4096, 8), (2048, 4), (2048, 8), (1024, 4), (8192, 8)]
 BLOCK_BUDGETS = [1 << 27, 1 << 28, 1 << 29]
 
 
+def layer_setting(m: int, bv: int, bh: int, warps: int, stages: int, limit: int) -> tuple[str, dict]:
+    """A ``LAYER_SETTINGS`` entry: its name in the tables, and the values it sets in ``output_layer_triton``."""
+    return (f"on-chip {m}x{bv}x{bh}, {warps} warps, {stages} stages, insert ≤ {limit}",
+            dict(BLOCK_M=m, BLOCK_V=bv, BLOCK_H=bh, NUM_WARPS=warps, NUM_STAGES=stages, INSERT_LIMIT=limit))
+
+
+def row_setting(block: int, warps: int, limit: int, lanes: bool) -> tuple[str, dict]:
+    """A ``ROW_SETTINGS`` entry: its name, and the values it sets in ``sparse_softmax_triton``."""
+    sweep = "by lanes" if lanes else f"merging, insert ≤ {limit}"
+    return (f"row kernel, block {block}, {warps} warps, {sweep}",
+            dict(BLOCK=block, NUM_WARPS=warps, INSERT_LIMIT=limit, BY_LANES=lanes))
+
+
+def as_setting(block: int, warps: int) -> tuple[str, dict]:
+    """An ``AS_SETTINGS`` entry: the end of its name, and the values it sets in ``as_softmax_triton``."""
+    return f"block {block}, {warps} warps", dict(BLOCK=block, NUM_WARPS=warps)
+
+
 def layer_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
     g = torch.Generator().manual_seed(0)
     hidden = (torch.randn(n, h, generator=g)).cuda().bfloat16()
@@ -53,6 +71,7 @@ def layer_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
     target = torch.randint(0, v, (n,), generator=g).cuda()
     rows = torch.arange(n, device="cuda")
     block = _common.chunk_rows(hidden.device, v, fused=True, width=h)
+
     def by_blocks():  # output_layer.SPARSE_ON_CHIP = False
         output_layer.sparse_pairs_by_blocks(hidden, weight, None, rows, target, K, 0.0, True)
 
@@ -61,11 +80,10 @@ def layer_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
              f"F.linear then the row kernel, blocks of {block} rows": by_blocks,
              f"F.linear then the row kernel {'by lanes' if lanes else 'merging'}, blocks of {block} rows":
              with_settings(row_kernel, by_blocks, BY_LANES=lanes)}
-    for m, bv, bh, warps, stages, limit in LAYER_SETTINGS:
-        steps[f"on-chip {m}x{bv}x{bh}, {warps} warps, {stages} stages, insert ≤ {limit}"] = with_settings(
-            layer_kernel, lambda: layer_kernel.sparse_output_layer_triton(hidden, weight, None, rows, target, K, 0.0,
-                                                                          True),
-            BLOCK_M=m, BLOCK_V=bv, BLOCK_H=bh, NUM_WARPS=warps, NUM_STAGES=stages, INSERT_LIMIT=limit)
+    for setting in LAYER_SETTINGS:
+        name, values = layer_setting(*setting)
+        steps[name] = with_settings(layer_kernel, lambda: layer_kernel.sparse_output_layer_triton(
+            hidden, weight, None, rows, target, K, 0.0, True), **values)
     return table(f"N={n} H={h} V={v}", best_times(steps, repeats, "cuda"))
 
 
@@ -75,11 +93,10 @@ def row_rows(n: int, v: int, repeats: int) -> list[str]:
     target = torch.randint(0, v, (n,), generator=g).cuda()
     steps = {"F.cross_entropy forward (bf16 logits)": lambda: F.cross_entropy(z, target, reduction="sum"),
              f"torch.topk k={K}": lambda: torch.topk(z, K, dim=1)}
-    for block, warps, limit, lanes in ROW_SETTINGS:
-        sweep = "by lanes" if lanes else f"merging, insert ≤ {limit}"
-        steps[f"row kernel, block {block}, {warps} warps, {sweep}"] = with_settings(
-            row_kernel, lambda: row_kernel.sparse_softmax_chunk_triton(z, target, K, 0.0, True),
-            BLOCK=block, NUM_WARPS=warps, INSERT_LIMIT=limit, BY_LANES=lanes)
+    for setting in ROW_SETTINGS:
+        name, values = row_setting(*setting)
+        steps[name] = with_settings(row_kernel, lambda: row_kernel.sparse_softmax_chunk_triton(z, target, K, 0.0, True),
+                                    **values)
     return table(f"N={n} V={v}", best_times(steps, repeats, "cuda"))
 
 
@@ -96,11 +113,10 @@ def as_rows(n: int, v: int, repeats: int) -> list[str]:
 
     steps = {"F.cross_entropy forward + backward (bf16 logits)": cross_entropy}
     for delta in (0.3, 1.0):
-        for block, warps in AS_SETTINGS if delta < 1 else AS_SETTINGS[:1]:
-            steps[f"AS kernel δ={delta}, block {block}, {warps} warps"] = with_settings(
-                as_kernel, lambda delta=delta: as_kernel.as_softmax_rows_triton(z, target, weight, delta, True,
-                                                                               in_place=True),
-                BLOCK=block, NUM_WARPS=warps)
+        for setting in AS_SETTINGS if delta < 1 else AS_SETTINGS[:1]:
+            name, values = as_setting(*setting)
+            steps[f"AS kernel δ={delta}, {name}"] = with_settings(as_kernel, lambda delta=delta: (
+                as_kernel.as_softmax_rows_triton(z, target, weight, delta, True, in_place=True)), **values)
     return table(f"N={n} V={v}", best_times(steps, repeats, "cuda"))
 
 
