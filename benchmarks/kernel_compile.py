@@ -6,7 +6,8 @@ registers and spills as ``ptxas`` reports them, with how many of its programs an
 
 Each kernel is compiled with the arguments its own launch function passes it, captured instead of launched
 (bf16 inputs, the modules' default settings, and each alternative a module switches between: the row kernel's
-two sweeps, the AS kernel with δ < 1 and δ = 1, the on-chip layer and its backward). ``--tuning`` adds the
+two sweeps, the AS kernel with δ < 1 and δ = 1, the on-chip layer, its backward with the weight's gradient by
+atomic adds or by sorting, and the sorted sum's two launches). ``--tuning`` adds the
 settings benchmarks/kernel_tuning.py times. Needs a Triton with its NVIDIA backend (its wheels bring ``ptxas``);
 exits 1 if a kernel does not compile.
 
@@ -39,15 +40,15 @@ TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", t
 
 
 def captured(kernel, launch: Callable[[], object]) -> tuple[tuple, dict]:
-    """The arguments ``launch()`` hands ``kernel`` (a ``triton.jit`` function), which it then does not run."""
+    """The arguments ``launch()`` hands ``kernel`` (a ``triton.jit`` function) in its last launch; the kernel
+    is not run."""
     calls = []
     kernel.run = lambda *args, grid, warmup, **kwargs: calls.append((args, kwargs))
     try:
         launch()
     finally:
         del kernel.run
-    (call,) = calls
-    return call
+    return calls[-1]
 
 
 def signature(kernel, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
@@ -113,6 +114,15 @@ def launches(tuning: bool) -> dict[str, tuple]:
     def on_chip():
         return layer.sparse_output_layer_triton(hidden, weight, None, rows, target, k, 0.0, True)
 
+    classes = torch.randint(0, 3, (n, k + 1), generator=g)  # classes with more pairs than a small PIECE
+
+    def backward():
+        layer.sparse_layer_backward_triton(hidden, weight, rows, classes, pairs.grad, torch.zeros(n, h),
+                                           torch.zeros(v, h))
+
+    def sorted_sum():  # its last launch adds up the pieces of split classes, when there are any
+        layer.sorted_weight_gradient(hidden, rows, classes, pairs.grad, torch.zeros(v, h))
+
     def as_kernel(delta: float):
         return (as_softmax_triton._as_softmax_row,
                 lambda: as_softmax_triton.as_softmax_rows_triton(z, target, weights, delta, True, in_place=True),
@@ -124,8 +134,12 @@ def launches(tuning: bool) -> dict[str, tuple]:
         "AS row kernel, δ = 0.3": (*as_kernel(0.3), {}),
         "AS row kernel, δ = 1 (cross_entropy)": (*as_kernel(1.0), {}),
         "on-chip Sparse-softmax layer": (layer._sparse_output_layer, on_chip, layer, {}),
-        "on-chip layer's backward": (layer._sparse_layer_backward, lambda: layer.sparse_layer_backward_triton(
-            hidden, weight, rows, pairs.classes, pairs.grad, torch.zeros(n, h), torch.zeros(v, h)), layer, {}),
+        "layer's backward, weight gradient by atomic adds": (layer._sparse_layer_backward, backward, layer, {}),
+        "layer's backward, weight gradient by sorting": (  # the sorted sum's launches compiled apart, below
+            layer._sparse_layer_backward, backward, layer,
+            {"SORTED_WEIGHT_GRADIENT": True, "sorted_weight_gradient": lambda *args: None}),
+        "sorted weight gradient, pieces": (layer._sum_pieces, sorted_sum, layer, {}),
+        "sorted weight gradient, split classes' pieces added": (layer._sum_pieces, sorted_sum, layer, {"PIECE": 4}),
     }
     if tuning:
         from kernel_tuning import AS_SETTINGS, LAYER_SETTINGS, ROW_SETTINGS, as_setting, layer_setting, row_setting

@@ -2,7 +2,8 @@
 """Times the GPU kernels' settings, to choose the defaults their modules hold: tile sizes, warps, pipeline
 stages and the candidate merge of the on-chip Sparse-softmax layer (``output_layer_triton``), block, warps
 and sweep of the Sparse-softmax row kernel (``sparse_softmax_triton``), block and warps of the AS row kernel
-(``as_softmax_triton``), and the rows a block of the fused output layer's block path takes on an
+(``as_softmax_triton``), the weight gradient of the Sparse-softmax layer's backward (atomic adds or sorting,
+``output_layer_triton``), and the rows a block of the fused output layer's block path takes on an
 accelerator (cross_entropy, as_softmax).
 
 Each setting is timed against what bounds it in the same run, interleaved (``measure.best_times``):
@@ -11,7 +12,9 @@ the product it cannot beat, and against the layer's other forward (blocks of ``F
 by the row kernel); the row kernel against ``F.cross_entropy``'s forward on the same logits,
 which reads them once; the AS kernel (loss and gradient, written in place as the fused layer has it:
 its time does not depend on the values it reads) against ``F.cross_entropy``'s forward and backward on
-the same logits; the block path's forward + backward against ``F.linear`` + ``F.cross_entropy`` +
+the same logits; the sparse layer's backward (from k + 1 gradient pairs a row, on classes drawn uniformly and
+from a Zipf law, as a trained model's top k, where a few words are in most rows') by sorting, at several piece
+sizes, against by atomic adds; the block path's forward + backward against ``F.linear`` + ``F.cross_entropy`` +
 backward. CUDA only.
 
     python benchmarks/kernel_tuning.py --cases 16384x1024x32000,16384x1024x128000
@@ -41,6 +44,8 @@ ROW_SETTINGS = [(1024, 2, 4, False), (1024, 4, 4, False), (256, 2, 4, True), (51
                 (1024, 2, 4, True), (1024, 4, 4, True), (2048, 4, 4, True)]
 #: AS row kernel settings: BLOCK, NUM_WARPS (the default 4096, 4 first).
 AS_SETTINGS = [(4096, 4), (4096, 8), (2048, 4), (2048, 8), (1024, 4), (8192, 8)]
+#: Sorted weight gradient: the pairs of a class one program sums at most (``output_layer_triton.PIECE``).
+PIECES = [64, 256, 1024]
 #: Logits a block of the fused block path may hold on an accelerator: the default (2^28,
 #: ``_common._ACCELERATOR_CHUNK_ELEMENTS``) and one on either side.
 BLOCK_BUDGETS = [1 << 27, 1 << 28, 1 << 29]
@@ -120,6 +125,28 @@ def as_rows(n: int, v: int, repeats: int) -> list[str]:
     return table(f"N={n} V={v}", best_times(steps, repeats, "cuda"))
 
 
+def backward_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(n, h, generator=g).cuda().bfloat16()
+    weight = (torch.randn(v, h, generator=g) / h**0.5).cuda().bfloat16()
+    rows = torch.arange(n, device="cuda")
+    grad = torch.randn(n, K + 1, generator=g).cuda()
+    grad_hidden, grad_weight = torch.zeros(n, h, device="cuda"), torch.zeros(v, h, device="cuda")
+    zipf = 1 / torch.arange(1, v + 1, dtype=torch.float64)
+    steps = {}
+    for law, classes in (("uniform", torch.randint(0, v, (n, K + 1), generator=g)),
+                         ("Zipf", torch.multinomial(zipf, n * (K + 1), replacement=True, generator=g).view(n, K + 1))):
+        def backward(classes=classes.cuda()):
+            layer_kernel.sparse_layer_backward_triton(hidden, weight, rows, classes, grad, grad_hidden, grad_weight)
+
+        steps[f"{law} classes, weight gradient by atomic adds"] = with_settings(
+            layer_kernel, backward, SORTED_WEIGHT_GRADIENT=False)
+        for piece in PIECES:
+            steps[f"{law} classes, by sorting, pieces of {piece} pairs"] = with_settings(
+                layer_kernel, backward, SORTED_WEIGHT_GRADIENT=True, PIECE=piece)
+    return table(f"N={n} H={h} V={v}", best_times(steps, repeats, "cuda"))
+
+
 def block_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
     g = torch.Generator().manual_seed(0)
     hidden = (torch.randn(n, h, generator=g) * 0.5).cuda().bfloat16().requires_grad_(True)
@@ -161,13 +188,15 @@ def main() -> None:
     sections = {"On-chip Sparse-softmax layer, forward with gradient pairs (bf16)": [],
                 "Sparse-softmax row kernel, forward with gradient pairs (bf16 logits)": [],
                 "AS row kernel, loss and gradient (bf16 logits)": [],
+                f"Sparse-softmax layer's backward from {K + 1} gradient pairs a row (bf16)": [],
                 "Fused block path, forward + backward (bf16)": []}
     for case in args.cases.split(","):
         n, h, v = map(int, case.split("x"))
-        layer, rows, as_kernel_rows, blocks = sections.values()
+        layer, rows, as_kernel_rows, backward, blocks = sections.values()
         layer += layer_rows(n, h, v, args.repeats)
         rows += row_rows(n, v, args.repeats)
         as_kernel_rows += as_rows(n, v, args.repeats)
+        backward += backward_rows(n, h, v, args.repeats)
         blocks += block_rows(n, h, v, args.repeats)
     lines = [f"Device: {device_name('cuda')}; torch {torch.__version__}; min of {args.repeats} interleaved runs; "
              f"k = {K}."]

@@ -70,8 +70,10 @@ def variants(n: int, h: int, v: int, device: str, dtype: torch.dtype) -> dict[st
         f"as_softmax δ={DELTA}": (step(full, lambda h_, w, t: as_softmax(F.linear(h_, w), t, DELTA).loss), full),
     }
     if device == "cuda":  # the fused sparse_softmax's other GPU forwards: output_layer.SPARSE_ON_CHIP, and the
-        # row kernel's two ways to a row's top k (sparse_softmax_triton.BY_LANES) for the logit blocks
-        from sparse_softmax.losses import sparse_softmax_triton as row_kernel  # Triton: CUDA builds of torch ship it
+        # row kernel's two ways to a row's top k (sparse_softmax_triton.BY_LANES) for the logit blocks; and its
+        # other backward (output_layer_triton.SORTED_WEIGHT_GRADIENT)
+        from sparse_softmax.losses import output_layer_triton as layer_kernel  # Triton: CUDA builds of torch ship it
+        from sparse_softmax.losses import sparse_softmax_triton as row_kernel
         fused = out[f"sparse_softmax k={K}, fused"][0]
         default = (output_layer.SPARSE_ON_CHIP, not output_layer.SPARSE_ON_CHIP and row_kernel.BY_LANES)
         for on_chip, lanes, name in ((True, False, "on chip"), (False, False, "logit blocks, merging"),
@@ -79,6 +81,9 @@ def variants(n: int, h: int, v: int, device: str, dtype: torch.dtype) -> dict[st
             if (on_chip, lanes) != default:
                 out[f"sparse_softmax k={K}, fused, {name}"] = (with_settings(row_kernel, with_settings(
                     output_layer, fused, SPARSE_ON_CHIP=on_chip), BY_LANES=lanes), full)
+        by_sorting = not layer_kernel.SORTED_WEIGHT_GRADIENT
+        out[f"sparse_softmax k={K}, fused, weight gradient by {'sorting' if by_sorting else 'atomic adds'}"] = (
+            with_settings(layer_kernel, fused, SORTED_WEIGHT_GRADIENT=by_sorting), full)
     for share in DENSE_SHARES:
         data = make_case(n, h, v, share, device, dtype, seed=1)
         out[f"as_softmax δ={DELTA}, fused, {share:.0%} dense"] = (step(data, lambda h_, w, t: fused_output_loss(

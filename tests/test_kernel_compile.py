@@ -20,7 +20,9 @@ if not (Path(TRITON.submodule_search_locations[0]) / "backends" / "nvidia" / "bi
     pytest.skip("this Triton has no NVIDIA backend to compile with", allow_module_level=True)
 
 KERNELS = ["Sparse-softmax row kernel, merging", "Sparse-softmax row kernel, by lanes", "AS row kernel, δ = 0.3",
-           "AS row kernel, δ = 1 (cross_entropy)", "on-chip Sparse-softmax layer", "on-chip layer's backward"]
+           "AS row kernel, δ = 1 (cross_entropy)", "on-chip Sparse-softmax layer",
+           "layer's backward, weight gradient by atomic adds", "layer's backward, weight gradient by sorting",
+           "sorted weight gradient, pieces", "sorted weight gradient, split classes' pieces added"]
 
 #: A kernel that binds one name to two types across a branch taken at run time: the interpreter runs it,
 #: Triton's compiler refuses it (the row kernel's lanes' sweep once had this fault).

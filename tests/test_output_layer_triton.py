@@ -102,16 +102,22 @@ def sparse_kernels(monkeypatch):
     monkeypatch.setattr(output_layer, "_sparse_kernels", lambda hidden, k: kernels if k <= kernels.MAX_K else None)
 
 
-@pytest.mark.parametrize("on_chip, reduction, bias", [
-    pytest.param(True, "sum", False, id="on chip-sum"), pytest.param(True, "mean", True, id="on chip-mean-bias"),
-    pytest.param(True, "none", True, id="on chip-none-bias"),
+@pytest.mark.parametrize("on_chip, reduction, bias, by_sorting", [
+    pytest.param(True, "sum", False, False, id="on chip-sum"),
+    pytest.param(True, "mean", True, False, id="on chip-mean-bias"),
+    pytest.param(True, "none", True, False, id="on chip-none-bias"),
+    pytest.param(True, "sum", False, True, id="on chip-sum-sorted weight gradient"),
     # the interpreter's row kernel is slow: one case for what differs, the forward
-    pytest.param(False, "mean", True, id="logit blocks-mean-bias"),
+    pytest.param(False, "mean", True, False, id="logit blocks-mean-bias"),
 ])
-def test_fused_output_loss_by_the_kernels_matches_the_blocks(sparse_kernels, monkeypatch, on_chip, reduction, bias):
+def test_fused_output_loss_by_the_kernels_matches_the_blocks(sparse_kernels, monkeypatch, on_chip, reduction, bias,
+                                                             by_sorting):
     """The kernels' gradient pairs, from the on-chip forward or from blocks of logits scored by the row kernel
-    (several blocks, several sweeps of a row), then the backward kernel, against the CPU's block path."""
+    (several blocks, several sweeps of a row), then the backward kernels (the weight's gradient by atomic adds
+    or by sorting), against the CPU's block path."""
     monkeypatch.setattr(output_layer, "SPARSE_ON_CHIP", on_chip)
+    monkeypatch.setattr(kernels, "SORTED_WEIGHT_GRADIENT", by_sorting)
+    monkeypatch.setattr(kernels, "PIECE", 8)  # the frequent classes' pairs in several pieces
     monkeypatch.setitem(_common._CHUNK_ELEMENTS, ("cpu", True), 24 * 70)  # blocks of H = 24 rows on the CPU
     monkeypatch.setitem(_common._ACCELERATOR_CHUNK_ELEMENTS, True, 24 * 70)  # and on CUDA
     monkeypatch.setattr(row_kernel, "BLOCK", 32)
@@ -130,3 +136,59 @@ def test_fused_output_loss_by_the_kernels_matches_the_blocks(sparse_kernels, mon
     for name, a, b_ in zip(("loss", "nll", "dense", "masked", "grad hidden", "grad weight", "grad bias"), *results):
         torch.testing.assert_close(a, b_, msg=name)
     assert (results[0][4][[3, 17]] == 0).all(), "ignored rows have no gradient"
+
+
+def gradient_pairs(n: int, pairs: int, v: int, seed: int = 0):
+    """k + 1 = ``pairs`` (class, value) pairs a row, as the forward hands them over: classes that recur across
+    rows (class 3 in every row, classes below 8 in most) and within one (the target among the top k)."""
+    g = torch.Generator().manual_seed(seed)
+    classes = torch.randint(0, v, (n, pairs), generator=g)
+    classes[:, 0] = 3
+    classes[:, 1] = torch.randint(0, 8, (n,), generator=g)
+    classes[::3, -1] = classes[::3, 2]
+    return classes, torch.randn(n, pairs, generator=g)
+
+
+@pytest.mark.parametrize("piece", [4, 5, 1024])
+@pytest.mark.parametrize("by_sorting", [False, True], ids=["atomic", "sorted"])
+def test_backward_kernels_add_the_pairs_gradients(monkeypatch, piece, by_sorting):
+    """dL/dh and dL/dW from the pairs against a float64 gather and scatter of them, added to what the
+    gradients held; by sorting with classes in several pieces (PIECE 4 and 5, with a remainder) and in one."""
+    monkeypatch.setattr(kernels, "SORTED_WEIGHT_GRADIENT", by_sorting)
+    monkeypatch.setattr(kernels, "PIECE", piece)
+    monkeypatch.setattr(kernels, "BACKWARD_BLOCK_H", 16)
+    monkeypatch.setattr(kernels, "PIECE_BLOCK", 4)
+    n, pairs, h, v = 30, 6, 40, 50
+    hidden, weight, _, _ = layer(n + 5, h, v, seed=3)
+    rows = torch.randperm(n + 5)[:n]
+    classes, grad = gradient_pairs(n, pairs, v)
+    grad_hidden, grad_weight = torch.randn(n + 5, h), torch.randn(v, h)
+    want_hidden = grad_hidden.double().index_add(
+        0, rows, (grad[:, :, None].double() * weight.double()[classes]).sum(dim=1))
+    want_weight = grad_weight.double().index_add(
+        0, classes.flatten(), (grad[:, :, None].double() * hidden.double()[rows, None, :]).flatten(0, 1))
+    want_hidden[rows] -= grad_hidden.double()[rows]  # a counted row's gradient is stored, not added
+    on = [x.to(DEVICE) for x in (hidden, weight, rows, classes, grad, grad_hidden, grad_weight)]
+    kernels.sparse_layer_backward_triton(*on)
+    torch.testing.assert_close(on[5].cpu(), want_hidden.float(), msg="grad hidden")
+    torch.testing.assert_close(on[6].cpu(), want_weight.float(), msg="grad weight")
+
+
+def test_deterministic_algorithms_sort_the_weight_gradient(monkeypatch):
+    """Under ``torch.use_deterministic_algorithms(True)`` the weight's gradient is summed by sorting even with
+    ``SORTED_WEIGHT_GRADIENT`` off: atomic adds in the GPU's order are not deterministic."""
+    calls = []
+    monkeypatch.setattr(kernels, "sorted_weight_gradient", lambda *args: calls.append(args))
+    hidden, weight, _, _ = (x.to(DEVICE) if x is not None else x for x in layer(4, 16, 20))
+    classes, grad = (x.to(DEVICE) for x in gradient_pairs(4, 3, 20))
+    rows = torch.arange(4, device=DEVICE)
+    backward = lambda: kernels.sparse_layer_backward_triton(  # noqa: E731
+        hidden, weight, rows, classes, grad, torch.zeros_like(hidden), torch.zeros_like(weight))
+    backward()
+    assert not calls, "atomic adds by default"
+    torch.use_deterministic_algorithms(True)
+    try:
+        backward()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert len(calls) == 1, "sorted under deterministic algorithms"

@@ -6,10 +6,16 @@ and sweeps the vocabulary a tile of ``BLOCK_V`` weight rows at a time. Each tile
 running maximum and Σ exp (the plain nll), the target's logit when the tile holds it, and the rows'
 running top K (the keys and the merge of ``sparse_softmax_triton``: value and column in one int64, a
 tile's candidates inserted one by one unless a row has many). What leaves the chip is k + 1 (class,
-value) pairs a row, the gradient of the logits; a second kernel turns them into the gradients of the
-features (k + 1 weight rows gathered and summed a row) and of the weight (scattered by atomic adds),
-O(N·k·H), so the whole layer costs about one forward product where ``F.linear`` + ``F.cross_entropy``
-costs three.
+value) pairs a row, the gradient of the logits; the backward turns them into the gradients of the
+features (k + 1 weight rows gathered and summed a row) and of the weight, O(N·k·H), so the whole layer
+costs about one forward product where ``F.linear`` + ``F.cross_entropy`` costs three.
+
+The weight's gradient is a scatter: row c of dL/dW sums g·h over the pairs of class c. Added pair by pair
+with atomic adds (the default) it takes N·(k+1)·H of them, in whatever order the GPU runs them; with
+``SORTED_WEIGHT_GRADIENT`` (and always under ``torch.use_deterministic_algorithms(True)``) the pairs are
+sorted by class and each class's sum is taken by one program in a fixed order and added once: deterministic,
+and without atomics. A frequent class (a common word in every row's top k) is split into pieces of
+``PIECE`` pairs, so that no program sums a batch's worth of rows alone; a second launch adds its pieces up.
 
 The logits are summed in float32 and then rounded to the inputs' dtype, as ``F.linear`` rounds them:
 with ``--fused-output-layer`` or without, a half-precision model is trained on the same logits.
@@ -28,8 +34,13 @@ from .sparse_softmax_triton import (INSERT_LIMIT, LOWEST, MAX_K, _candidates, _f
 #: fastest of benchmarks/kernel_tuning.py's on an H200 (bf16, N = 16,384, H = 1,024, V = 32k and 128k).
 BLOCK_M, BLOCK_V, BLOCK_H = 128, 128, 64
 NUM_WARPS, NUM_STAGES = 8, 3
-#: Hidden units a program of the backward kernel takes.
+#: Hidden units a program of the backward kernels takes.
 BACKWARD_BLOCK_H = 256
+#: The weight's gradient by sorting the pairs by class (deterministic, no atomics) instead of atomic adds.
+#: Off until a GPU has timed it: benchmarks/kernel_tuning.py times both.
+SORTED_WEIGHT_GRADIENT = False
+#: Sorted: a class's pairs one program sums at most, and the pairs it loads at once.
+PIECE, PIECE_BLOCK = 256, 16
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -107,10 +118,10 @@ def sparse_output_layer_triton(hidden: Tensor, weight: Tensor, bias: Tensor | No
 
 @triton.jit
 def _sparse_layer_backward(classes_ptr, grad_ptr, rows_ptr, h_ptr, h_stride, w_ptr, w_stride, gh_ptr, gw_ptr, H,
-                           PAIRS, E: tl.constexpr, BLOCK_H: tl.constexpr):
+                           PAIRS, E: tl.constexpr, BLOCK_H: tl.constexpr, ATOMIC_WEIGHT: tl.constexpr):
     """One program: a counted row's ``BLOCK_H`` hidden units. dL/dh[row] = Σ_j g_j W[c_j] is stored (a row is
-    counted once); dL/dW[c_j] += g_j h[row] is added atomically (a class recurs, across rows and within one
-    when the target is among the top k)."""
+    counted once); with ``ATOMIC_WEIGHT``, dL/dW[c_j] += g_j h[row] is added atomically (a class recurs, across
+    rows and within one when the target is among the top k)."""
     i = tl.program_id(0).to(tl.int64)
     u = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     in_h = u < H
@@ -121,8 +132,36 @@ def _sparse_layer_backward(classes_ptr, grad_ptr, rows_ptr, h_ptr, h_stride, w_p
     both = pair[:, None] & in_h[None, :]
     w = tl.load(w_ptr + classes[:, None] * w_stride + u[None, :], mask=both, other=0.0).to(tl.float32)
     tl.store(gh_ptr + row * H + u, tl.sum(g[:, None] * w, axis=0), mask=in_h)
-    h = tl.load(h_ptr + row * h_stride + u, mask=in_h, other=0.0).to(tl.float32)
-    tl.atomic_add(gw_ptr + classes[:, None] * H + u[None, :], g[:, None] * h[None, :], mask=both, sem="relaxed")
+    if ATOMIC_WEIGHT:
+        h = tl.load(h_ptr + row * h_stride + u, mask=in_h, other=0.0).to(tl.float32)
+        tl.atomic_add(gw_ptr + classes[:, None] * H + u[None, :], g[:, None] * h[None, :], mask=both, sem="relaxed")
+
+
+@triton.jit
+def _sum_pieces(x_ptr, x_stride, index_ptr, scale_ptr, starts_ptr, ends_ptr, out_ptr, out_rows_ptr, part_ptr,
+                slots_ptr, H, SPLIT: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_H: tl.constexpr):
+    """One program: piece i's ``BLOCK_H`` columns, s = Σ_j scale[j]·x[index[j]] over j in [starts[i], ends[i]),
+    summed in this order. Added to out[out_rows[i]]; or, with ``SPLIT`` and slots[i] ≥ 0 (a piece of a row
+    of out split in several), stored in part[slots[i]]. A launch adds to each row of out at most once."""
+    i = tl.program_id(0)
+    u = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    in_h = u < H
+    start, end = tl.load(starts_ptr + i), tl.load(ends_ptr + i)
+    s = tl.zeros([BLOCK_H], tl.float32)
+    for j0 in tl.range(start, end, BLOCK_P):
+        j = j0 + tl.arange(0, BLOCK_P)
+        in_piece = j < end
+        index = tl.load(index_ptr + j, mask=in_piece, other=0).to(tl.int64)
+        scale = tl.load(scale_ptr + j, mask=in_piece, other=0.0)
+        x = tl.load(x_ptr + index[:, None] * x_stride + u[None, :], mask=in_piece[:, None] & in_h[None, :],
+                    other=0.0).to(tl.float32)
+        s += tl.sum(scale[:, None] * x, axis=0)
+    slot = tl.load(slots_ptr + i) if SPLIT else -1
+    if slot >= 0:
+        tl.store(part_ptr + slot.to(tl.int64) * H + u, s, mask=in_h)
+    else:
+        out = out_ptr + tl.load(out_rows_ptr + i).to(tl.int64) * H + u
+        tl.store(out, tl.load(out, mask=in_h) + s, mask=in_h)
 
 
 def sparse_layer_backward_triton(hidden: Tensor, weight: Tensor, rows: Tensor, classes: Tensor, grad: Tensor,
@@ -133,7 +172,42 @@ def sparse_layer_backward_triton(hidden: Tensor, weight: Tensor, rows: Tensor, c
     n, pairs = classes.shape
     h = hidden.shape[1]
     hidden, weight, classes, grad = hidden.contiguous(), weight.contiguous(), classes.contiguous(), grad.contiguous()
+    by_sorting = SORTED_WEIGHT_GRADIENT or torch.are_deterministic_algorithms_enabled()
     if n:
         _sparse_layer_backward[(n, triton.cdiv(h, BACKWARD_BLOCK_H))](
             classes, grad, rows, hidden, hidden.stride(0), weight, weight.stride(0), grad_hidden, grad_weight, h,
-            pairs, E=triton.next_power_of_2(pairs), BLOCK_H=BACKWARD_BLOCK_H)
+            pairs, E=triton.next_power_of_2(pairs), BLOCK_H=BACKWARD_BLOCK_H, ATOMIC_WEIGHT=not by_sorting)
+        if by_sorting:
+            sorted_weight_gradient(hidden, rows, classes, grad, grad_weight)
+
+
+def sorted_weight_gradient(hidden: Tensor, rows: Tensor, classes: Tensor, grad: Tensor, grad_weight: Tensor) -> None:
+    """Add Σ g·hidden[row] over each class's pairs to its row of ``grad_weight`` without atomics: the pairs
+    sorted by class (stably, so the order of a class's pairs is fixed), cut into pieces (a class's pairs, at
+    most ``PIECE`` of them), each summed by one program; the pieces of a class with more pairs are summed apart
+    and then added up by a second launch."""
+    pairs, h = classes.shape[1], hidden.shape[1]
+    by_class, order = torch.sort(classes.flatten().to(torch.int32), stable=True)
+    pair_rows, pair_grad = rows[order // pairs], grad.flatten()[order]
+    m = order.numel()
+    at = torch.arange(m, device=order.device)
+    edge = torch.ones(m + 1, dtype=torch.bool, device=order.device)  # a class's pairs begin at j (or j = m)
+    edge[1:m] = by_class[1:] != by_class[:-1]
+    class_start = torch.cummax(torch.where(edge[:m], at, 0), dim=0).values
+    starts = ((at - class_start) % PIECE == 0).nonzero().squeeze(1)
+    ends = torch.cat([starts[1:], at.new_full((1,), m)])
+    split = ~(edge[starts] & edge[ends])  # a piece of a class with more than PIECE pairs
+    slots = split.cumsum(0) - 1
+    # A class of L > PIECE pairs has fewer than 2·L / PIECE pieces.
+    parts = torch.empty(2 * m // PIECE, h, dtype=torch.float32, device=hidden.device)
+    grid = lambda count: (count, triton.cdiv(h, BACKWARD_BLOCK_H))  # noqa: E731
+    _sum_pieces[grid(starts.numel())](
+        hidden, hidden.stride(0), pair_rows, pair_grad, starts, ends, grad_weight, by_class[starts], parts,
+        torch.where(split, slots, -1), h, SPLIT=True, BLOCK_P=PIECE_BLOCK, BLOCK_H=BACKWARD_BLOCK_H)
+    firsts = (split & edge[starts]).nonzero().squeeze(1)  # each split class's first piece
+    if firsts.numel():
+        first_slots = slots[firsts]
+        _sum_pieces[grid(firsts.numel())](
+            parts, h, torch.arange(parts.shape[0], device=parts.device), torch.ones(parts.shape[0], device=parts.device),
+            first_slots, torch.cat([first_slots[1:], slots[-1:] + 1]), grad_weight, by_class[starts[firsts]], parts,
+            first_slots, h, SPLIT=False, BLOCK_P=PIECE_BLOCK, BLOCK_H=BACKWARD_BLOCK_H)
