@@ -14,8 +14,9 @@ which reads them once; the AS kernel (loss and gradient, written in place as the
 its time does not depend on the values it reads) against ``F.cross_entropy``'s forward and backward on
 the same logits; the sparse layer's backward (from k + 1 gradient pairs a row, on classes drawn uniformly and
 from a Zipf law, as a trained model's top k, where a few words are in most rows') by sorting, at several piece
-sizes, against by atomic adds; the block path's forward + backward against ``F.linear`` + ``F.cross_entropy`` +
-backward. CUDA only.
+sizes, against by atomic adds; the block path's forward + backward at several block sizes, and with each
+block's weight-gradient product made and then added to the float32 sum (``output_layer._MIXED_ADDMM``), against
+``F.linear`` + ``F.cross_entropy`` + backward. CUDA only.
 
     python benchmarks/kernel_tuning.py --cases 16384x1024x32000,16384x1024x128000
 """
@@ -47,8 +48,9 @@ AS_SETTINGS = [(4096, 4), (4096, 8), (2048, 4), (2048, 8), (1024, 4), (8192, 8)]
 #: Sorted weight gradient: the pairs of a class one program sums at most (``output_layer_triton.PIECE``).
 PIECES = [64, 256, 1024]
 #: Logits a block of the fused block path may hold on an accelerator: the default (2^28,
-#: ``_common._ACCELERATOR_CHUNK_ELEMENTS``) and one on either side.
-BLOCK_BUDGETS = [1 << 27, 1 << 28, 1 << 29]
+#: ``_common._ACCELERATOR_CHUNK_ELEMENTS``) and two larger; smaller blocks were slower on both GPUs measured
+#: (each block adds its V×H weight-gradient product to the float32 sum).
+BLOCK_BUDGETS = [1 << 28, 1 << 29, 1 << 30]
 
 
 def layer_setting(m: int, bv: int, bh: int, warps: int, stages: int, limit: int) -> tuple[str, dict]:
@@ -163,9 +165,11 @@ def block_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
                                                                        reduction="sum"))}
     for budget in BLOCK_BUDGETS:
         for loss in ("cross_entropy", "as_softmax"):
-            steps[f"{loss}, fused, blocks of {max(h, budget // v)} rows"] = with_settings(
-                _common, step(lambda loss=loss: fused_output_loss(hidden, weight, target, loss).loss),
-                _ACCELERATOR_CHUNK_ELEMENTS={False: 1 << 24, True: budget})
+            fused = step(lambda loss=loss: fused_output_loss(hidden, weight, target, loss).loss)
+            name = f"{loss}, fused, blocks of {min(n, max(h, budget // v))} rows"
+            steps[name] = with_settings(_common, fused, _ACCELERATOR_CHUNK_ELEMENTS={False: 1 << 24, True: budget})
+            if budget == _common._ACCELERATOR_CHUNK_ELEMENTS[True]:  # each block's product made, then added
+                steps[f"{name}, product then add"] = with_settings(output_layer, fused, _MIXED_ADDMM=False)
     return table(f"N={n} H={h} V={v}", best_times(steps, repeats, "cuda"))
 
 

@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import sparse_softmax.losses as L
-from sparse_softmax.losses import _common, fused_output_loss
+from sparse_softmax.losses import _common, fused_output_loss, output_layer
 
 IGNORE = -100
 OPTIONS = {
@@ -235,6 +235,23 @@ def test_half_precision_weight_gradient_is_summed_where_it_lies(loss, monkeypatc
                           ignore_index=IGNORE, **OPTIONS[loss])  # "sum": the gradients come in the forward
     sums = [made for made in tracker.made if made == (torch.float32, (500, 8))]
     assert len(sums) == 1, f"{len(sums)} float32 V×H tensors made"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("loss", ["cross_entropy", "as_softmax"])
+def test_half_precision_weight_gradient_is_added_by_the_product_on_cuda(loss, monkeypatch):
+    """On CUDA, with a torch whose ``addmm`` takes ``out_dtype``, cuBLAS adds each block's half-precision
+    weight-gradient product to the float32 sum as it writes it: no V×H tensor but that sum is ever made."""
+    monkeypatch.setitem(_common._ACCELERATOR_CHUNK_ELEMENTS, True, 64 * 500)  # 16 blocks of the 1000 rows
+    monkeypatch.setattr(output_layer, "_MIXED_ADDMM", None)
+    hidden, weight, target = as_mix(n=1000, h=8, v=500, dtype=torch.float32, seed=9, device="cuda")
+    with Allocations() as tracker:
+        fused_output_loss(hidden.bfloat16(), weight.bfloat16().requires_grad_(True), target, loss,
+                          ignore_index=IGNORE, **OPTIONS[loss])
+    if not output_layer._MIXED_ADDMM:
+        pytest.skip(f"torch {torch.__version__}'s addmm does not add a bf16 product to a float32 sum")
+    sums = [made for made in tracker.made if made[1] == (500, 8)]
+    assert sums == [(torch.float32, (500, 8))], f"V×H tensors made: {sums}"
 
 
 @pytest.mark.parametrize("call, message", [

@@ -99,8 +99,8 @@ class _Gradients:
         self.grad_hidden.index_copy_(0, rows, (g @ self.weight).to(self.dtype))
         if g.dtype == self.dtype:
             self.grad_weight.addmm_(g.t(), h)  # in place: no V×H temporary per block
-        else:  # a half-precision product, converted as the add reads it: no float32 V×H temporary
-            self.grad_weight.add_(g.t() @ h)
+        else:
+            _add_half_product(self.grad_weight, g.t(), h)
         if self.grad_bias is not None:
             self.grad_bias.add_(grad.sum(dim=0, dtype=self.dtype))
 
@@ -128,6 +128,29 @@ class _Gradients:
             self.grad_weight.index_add_(0, c, g * h.index_select(0, r).to(self.dtype))
             if self.grad_bias is not None:
                 self.grad_bias.index_add_(0, c, grad[part])
+
+
+#: Whether this torch adds a half-precision product to a float32 sum in the product itself (``addmm`` with
+#: ``out_dtype``, CUDA; newer versions only): None until the first try.
+_MIXED_ADDMM: bool | None = None
+
+
+def _add_half_product(out: Tensor, a: Tensor, b: Tensor) -> None:
+    """``out += a @ b``, ``a`` and ``b`` half precision, ``out`` float32. Where torch can, cuBLAS adds the
+    product to ``out`` as it writes it, summing in float32 throughout: each block's weight gradient costs one
+    read and one write of the float32 V×H sum. Otherwise the product is made in the inputs' dtype and converted
+    as the add reads it (no float32 V×H temporary), which also moves the half-precision product twice."""
+    global _MIXED_ADDMM
+    if out.is_cuda and _MIXED_ADDMM is not False:
+        try:
+            torch.addmm(out, a, b, out_dtype=out.dtype, out=out)
+            _MIXED_ADDMM = True
+            return
+        except (RuntimeError, TypeError):  # no such overload, or one that wants ``out`` in the inputs' dtype
+            if _MIXED_ADDMM:
+                raise
+            _MIXED_ADDMM = False
+    out.add_(a @ b)
 
 
 class _Part(NamedTuple):
