@@ -200,14 +200,14 @@ def sorted_weight_gradient(hidden: Tensor, rows: Tensor, classes: Tensor, grad: 
     slots = split.cumsum(0) - 1
     # A class of L > PIECE pairs has fewer than 2·L / PIECE pieces.
     parts = torch.empty(2 * m // PIECE, h, dtype=torch.float32, device=hidden.device)
-    grid = lambda count: (count, triton.cdiv(h, BACKWARD_BLOCK_H))  # noqa: E731
-    _sum_pieces[grid(starts.numel())](
+    columns = triton.cdiv(h, BACKWARD_BLOCK_H)
+    _sum_pieces[(starts.numel(), columns)](
         hidden, hidden.stride(0), pair_rows, pair_grad, starts, ends, grad_weight, by_class[starts], parts,
         torch.where(split, slots, -1), h, SPLIT=True, BLOCK_P=PIECE_BLOCK, BLOCK_H=BACKWARD_BLOCK_H)
     firsts = (split & edge[starts]).nonzero().squeeze(1)  # each split class's first piece
-    if firsts.numel():
-        first_slots = slots[firsts]
-        _sum_pieces[grid(firsts.numel())](
-            parts, h, torch.arange(parts.shape[0], device=parts.device), torch.ones(parts.shape[0], device=parts.device),
-            first_slots, torch.cat([first_slots[1:], slots[-1:] + 1]), grad_weight, by_class[starts[firsts]], parts,
-            first_slots, h, SPLIT=False, BLOCK_P=PIECE_BLOCK, BLOCK_H=BACKWARD_BLOCK_H)
+    if firsts.numel():  # each split class: the sum of its pieces' sums, in order
+        first, every = slots[firsts], torch.arange(parts.shape[0], device=parts.device)
+        stop = torch.cat([first[1:], slots[-1:] + 1])
+        _sum_pieces[(firsts.numel(), columns)](
+            parts, h, every, torch.ones(parts.shape[0], device=parts.device), first, stop, grad_weight,
+            by_class[starts[firsts]], parts, first, h, SPLIT=False, BLOCK_P=PIECE_BLOCK, BLOCK_H=BACKWARD_BLOCK_H)
