@@ -7,7 +7,8 @@ registers and spills as ``ptxas`` reports them, with how many of its programs an
 Each kernel is compiled with the arguments its own launch function passes it, captured instead of launched
 (bf16 inputs, the modules' default settings, and each alternative a module switches between: the row kernel's
 two sweeps, the AS kernel with δ < 1 and δ = 1, the on-chip layer, its backward with the weight's gradient by
-atomic adds or by sorting, and the sorted sum's two launches). ``--tuning`` adds the
+atomic adds or by sorting, and the sorted sum's two launches; the row kernel and the backward also at the
+largest k they take, which asks for the most registers). ``--tuning`` adds the
 settings benchmarks/kernel_tuning.py times. Needs a Triton with its NVIDIA backend (its wheels bring ``ptxas``);
 exits 1 if a kernel does not compile.
 
@@ -105,23 +106,24 @@ def launches(tuning: bool) -> dict[str, tuple]:
     target = torch.randint(0, v, (n,), generator=g)
     hidden, weight = torch.randn(n, h, generator=g).bfloat16(), torch.randn(v, h, generator=g).bfloat16()
     rows, weights = torch.arange(n), torch.ones(n)
-    pairs = sparse_softmax_triton.empty_rows(n, k, z.device, True)[0]
     row, layer = sparse_softmax_triton, output_layer_triton
+    most = row.MAX_K  # the largest k the kernels take: the most registers they ask for
 
-    def row_kernel():
-        return row.sparse_softmax_chunk_triton(z, target, k, 0.1, True)
+    def row_kernel(top: int = k):
+        return row.sparse_softmax_chunk_triton(z, target, top, 0.1, True)
 
     def on_chip():
         return layer.sparse_output_layer_triton(hidden, weight, None, rows, target, k, 0.0, True)
 
-    classes = torch.randint(0, 3, (n, k + 1), generator=g)  # classes with more pairs than a small PIECE
+    def pairs(top: int = k) -> tuple[torch.Tensor, torch.Tensor]:
+        """k + 1 gradient pairs a row, of three classes: more pairs a class than a small PIECE."""
+        return torch.randint(0, 3, (n, top + 1), generator=g), torch.randn(n, top + 1, generator=g)
 
-    def backward():
-        layer.sparse_layer_backward_triton(hidden, weight, rows, classes, pairs.grad, torch.zeros(n, h),
-                                           torch.zeros(v, h))
+    def backward(top: int = k):
+        layer.sparse_layer_backward_triton(hidden, weight, rows, *pairs(top), torch.zeros(n, h), torch.zeros(v, h))
 
     def sorted_sum():  # its last launch adds up the pieces of split classes, when there are any
-        layer.sorted_weight_gradient(hidden, rows, classes, pairs.grad, torch.zeros(v, h))
+        layer.sorted_weight_gradient(hidden, rows, *pairs(), torch.zeros(v, h))
 
     def as_kernel(delta: float):
         return (as_softmax_triton._as_softmax_row,
@@ -131,10 +133,16 @@ def launches(tuning: bool) -> dict[str, tuple]:
     out = {
         "Sparse-softmax row kernel, merging": (row._sparse_softmax_row, row_kernel, row, {"BY_LANES": False}),
         "Sparse-softmax row kernel, by lanes": (row._sparse_softmax_row, row_kernel, row, {"BY_LANES": True}),
+        f"Sparse-softmax row kernel, merging, k = {most}": (row._sparse_softmax_row, lambda: row_kernel(most), row,
+                                                             {"BY_LANES": False}),
+        f"Sparse-softmax row kernel, by lanes, k = {most}": (row._sparse_softmax_row, lambda: row_kernel(most), row,
+                                                              {"BY_LANES": True}),
         "AS row kernel, δ = 0.3": (*as_kernel(0.3), {}),
         "AS row kernel, δ = 1 (cross_entropy)": (*as_kernel(1.0), {}),
         "on-chip Sparse-softmax layer": (layer._sparse_output_layer, on_chip, layer, {}),
         "layer's backward, weight gradient by atomic adds": (layer._sparse_layer_backward, backward, layer, {}),
+        f"layer's backward, weight gradient by atomic adds, k = {most}": (
+            layer._sparse_layer_backward, lambda: backward(most), layer, {}),
         "layer's backward, weight gradient by sorting": (  # the sorted sum's launches compiled apart, below
             layer._sparse_layer_backward, backward, layer,
             {"SORTED_WEIGHT_GRADIENT": True, "sorted_weight_gradient": lambda *args: None}),

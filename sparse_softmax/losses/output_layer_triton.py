@@ -39,7 +39,8 @@ BACKWARD_BLOCK_H = 256
 #: The weight's gradient by sorting the pairs by class (deterministic, no atomics) instead of atomic adds.
 #: Off until a GPU has timed it: benchmarks/kernel_tuning.py times both.
 SORTED_WEIGHT_GRADIENT = False
-#: Sorted: a class's pairs one program sums at most, and the pairs it loads at once.
+#: Sorted: a class's pairs one program sums at most. And the pairs a program of either backward kernel loads
+#: at once (a row's k + 1; a piece's).
 PIECE, PIECE_BLOCK = 256, 16
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -118,23 +119,30 @@ def sparse_output_layer_triton(hidden: Tensor, weight: Tensor, bias: Tensor | No
 
 @triton.jit
 def _sparse_layer_backward(classes_ptr, grad_ptr, rows_ptr, h_ptr, h_stride, w_ptr, w_stride, gh_ptr, gw_ptr, H,
-                           PAIRS, E: tl.constexpr, BLOCK_H: tl.constexpr, ATOMIC_WEIGHT: tl.constexpr):
-    """One program: a counted row's ``BLOCK_H`` hidden units. dL/dh[row] = Σ_j g_j W[c_j] is stored (a row is
-    counted once); with ``ATOMIC_WEIGHT``, dL/dW[c_j] += g_j h[row] is added atomically (a class recurs, across
-    rows and within one when the target is among the top k)."""
+                           PAIRS, BLOCK_P: tl.constexpr, BLOCK_H: tl.constexpr, ATOMIC_WEIGHT: tl.constexpr):
+    """One program: a counted row's ``BLOCK_H`` hidden units, its pairs ``BLOCK_P`` at a time (all k + 1 at once
+    would hold (k + 1) × BLOCK_H weights in registers: from k = 64 on they spilled, 7 KB a thread on sm_90).
+    dL/dh[row] = Σ_j g_j W[c_j] is stored (a row is counted once); with ``ATOMIC_WEIGHT``, dL/dW[c_j] += g_j h[row]
+    is added atomically (a class recurs, across rows and within one when the target is among the top k)."""
     i = tl.program_id(0).to(tl.int64)
     u = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     in_h = u < H
-    pair = tl.arange(0, E) < PAIRS
-    classes = tl.load(classes_ptr + i * PAIRS + tl.arange(0, E), mask=pair, other=0)
-    g = tl.load(grad_ptr + i * PAIRS + tl.arange(0, E), mask=pair, other=0.0)
     row = tl.load(rows_ptr + i)
-    both = pair[:, None] & in_h[None, :]
-    w = tl.load(w_ptr + classes[:, None] * w_stride + u[None, :], mask=both, other=0.0).to(tl.float32)
-    tl.store(gh_ptr + row * H + u, tl.sum(g[:, None] * w, axis=0), mask=in_h)
     if ATOMIC_WEIGHT:
         h = tl.load(h_ptr + row * h_stride + u, mask=in_h, other=0.0).to(tl.float32)
-        tl.atomic_add(gw_ptr + classes[:, None] * H + u[None, :], g[:, None] * h[None, :], mask=both, sem="relaxed")
+    s = tl.zeros([BLOCK_H], tl.float32)
+    for p0 in tl.range(0, PAIRS, BLOCK_P):
+        p = p0 + tl.arange(0, BLOCK_P)
+        pair = p < PAIRS
+        classes = tl.load(classes_ptr + i * PAIRS + p, mask=pair, other=0)
+        g = tl.load(grad_ptr + i * PAIRS + p, mask=pair, other=0.0)
+        both = pair[:, None] & in_h[None, :]
+        w = tl.load(w_ptr + classes[:, None] * w_stride + u[None, :], mask=both, other=0.0).to(tl.float32)
+        s += tl.sum(g[:, None] * w, axis=0)
+        if ATOMIC_WEIGHT:
+            tl.atomic_add(gw_ptr + classes[:, None] * H + u[None, :], g[:, None] * h[None, :], mask=both,
+                          sem="relaxed")
+    tl.store(gh_ptr + row * H + u, s, mask=in_h)
 
 
 @triton.jit
@@ -176,7 +184,7 @@ def sparse_layer_backward_triton(hidden: Tensor, weight: Tensor, rows: Tensor, c
     if n:
         _sparse_layer_backward[(n, triton.cdiv(h, BACKWARD_BLOCK_H))](
             classes, grad, rows, hidden, hidden.stride(0), weight, weight.stride(0), grad_hidden, grad_weight, h,
-            pairs, E=triton.next_power_of_2(pairs), BLOCK_H=BACKWARD_BLOCK_H, ATOMIC_WEIGHT=not by_sorting)
+            pairs, BLOCK_P=PIECE_BLOCK, BLOCK_H=BACKWARD_BLOCK_H, ATOMIC_WEIGHT=not by_sorting)
         if by_sorting:
             sorted_weight_gradient(hidden, rows, classes, grad, grad_weight)
 
