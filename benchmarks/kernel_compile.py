@@ -123,7 +123,9 @@ def launches(tuning: bool) -> dict[str, tuple]:
         layer.sparse_layer_backward_triton(hidden, weight, rows, *pairs(top), torch.zeros(n, h), torch.zeros(v, h))
 
     def sorted_sum():  # its last launch adds up the pieces of split classes, when there are any
-        layer.sorted_weight_gradient(hidden, rows, *pairs(), torch.zeros(v, h))
+        classes, grad = pairs()
+        layer.sorted_weight_gradient(hidden, rows.repeat_interleave(k + 1), classes.flatten(), grad.flatten(),
+                                     torch.zeros(v, h))
 
     def as_kernel(delta: float):
         return (as_softmax_triton._as_softmax_row,

@@ -118,23 +118,26 @@ def sparse_output_layer_triton(hidden: Tensor, weight: Tensor, bias: Tensor | No
 
 
 @triton.jit
-def _sparse_layer_backward(classes_ptr, grad_ptr, rows_ptr, h_ptr, h_stride, w_ptr, w_stride, gh_ptr, gw_ptr, H,
-                           PAIRS, BLOCK_P: tl.constexpr, BLOCK_H: tl.constexpr, ATOMIC_WEIGHT: tl.constexpr):
+def _sparse_layer_backward(classes_ptr, grad_ptr, counts_ptr, rows_ptr, h_ptr, h_stride, w_ptr, w_stride, gh_ptr,
+                           gw_ptr, H, PAIRS, COUNTED: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_H: tl.constexpr,
+                           ATOMIC_WEIGHT: tl.constexpr):
     """One program: a counted row's ``BLOCK_H`` hidden units, its pairs ``BLOCK_P`` at a time (all k + 1 at once
-    would hold (k + 1) × BLOCK_H weights in registers: from k = 64 on they spilled, 7 KB a thread on sm_90).
-    dL/dh[row] = Σ_j g_j W[c_j] is stored (a row is counted once); with ``ATOMIC_WEIGHT``, dL/dW[c_j] += g_j h[row]
-    is added atomically (a class recurs, across rows and within one when the target is among the top k)."""
+    would hold (k + 1) × BLOCK_H weights in registers: from k = 64 on they spilled, 7 KB a thread on sm_90); with
+    ``COUNTED`` only the row's first counts[i] of its ``PAIRS``. dL/dh[row] = Σ_j g_j W[c_j] is stored (a row is
+    counted once); with ``ATOMIC_WEIGHT``, dL/dW[c_j] += g_j h[row] is added atomically (a class recurs, across
+    rows and within one when the target is among the top k)."""
     i = tl.program_id(0).to(tl.int64)
     u = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     in_h = u < H
     row = tl.load(rows_ptr + i)
+    count = tl.load(counts_ptr + i) if COUNTED else PAIRS
     if ATOMIC_WEIGHT:
         h = tl.load(h_ptr + row * h_stride + u, mask=in_h, other=0.0).to(tl.float32)
     s = tl.zeros([BLOCK_H], tl.float32)
-    for p0 in tl.range(0, PAIRS, BLOCK_P):
+    for p0 in tl.range(0, count, BLOCK_P):
         p = p0 + tl.arange(0, BLOCK_P)
-        pair = p < PAIRS
-        classes = tl.load(classes_ptr + i * PAIRS + p, mask=pair, other=0)
+        pair = p < count
+        classes = tl.load(classes_ptr + i * PAIRS + p, mask=pair, other=0).to(tl.int64)
         g = tl.load(grad_ptr + i * PAIRS + p, mask=pair, other=0.0)
         both = pair[:, None] & in_h[None, :]
         w = tl.load(w_ptr + classes[:, None] * w_stride + u[None, :], mask=both, other=0.0).to(tl.float32)
@@ -173,30 +176,38 @@ def _sum_pieces(x_ptr, x_stride, index_ptr, scale_ptr, starts_ptr, ends_ptr, out
 
 
 def sparse_layer_backward_triton(hidden: Tensor, weight: Tensor, rows: Tensor, classes: Tensor, grad: Tensor,
-                                 grad_hidden: Tensor, grad_weight: Tensor) -> None:
+                                 grad_hidden: Tensor, grad_weight: Tensor, counts: Tensor | None = None) -> None:
     """Add the gradients of the features and the weight that the logit gradient pairs (``classes``, ``grad``:
-    (n, k + 1), the latter float32, row weights applied) of the counted ``rows`` stand for to the float32
-    ``grad_hidden (N, H)`` (rows not counted stay as they are) and ``grad_weight (V, H)``."""
+    (n, P), the latter float32, row weights applied; with ``counts (n,)`` only the first counts[i] of row i) of
+    the counted ``rows`` stand for to the float32 ``grad_hidden (N, H)`` (rows not counted stay as they are) and
+    ``grad_weight (V, H)``."""
     n, pairs = classes.shape
     h = hidden.shape[1]
     hidden, weight, classes, grad = hidden.contiguous(), weight.contiguous(), classes.contiguous(), grad.contiguous()
     by_sorting = SORTED_WEIGHT_GRADIENT or torch.are_deterministic_algorithms_enabled()
     if n:
         _sparse_layer_backward[(n, triton.cdiv(h, BACKWARD_BLOCK_H))](
-            classes, grad, rows, hidden, hidden.stride(0), weight, weight.stride(0), grad_hidden, grad_weight, h,
-            pairs, BLOCK_P=PIECE_BLOCK, BLOCK_H=BACKWARD_BLOCK_H, ATOMIC_WEIGHT=not by_sorting)
+            classes, grad, rows if counts is None else counts, rows, hidden, hidden.stride(0), weight,
+            weight.stride(0), grad_hidden, grad_weight, h, pairs, COUNTED=counts is not None, BLOCK_P=PIECE_BLOCK,
+            BLOCK_H=BACKWARD_BLOCK_H, ATOMIC_WEIGHT=not by_sorting)
         if by_sorting:
-            sorted_weight_gradient(hidden, rows, classes, grad, grad_weight)
+            every = rows[:, None].expand(n, pairs)
+            if counts is None:
+                sorted_weight_gradient(hidden, every.flatten(), classes.flatten(), grad.flatten(), grad_weight)
+            else:
+                given = torch.arange(pairs, device=counts.device) < counts[:, None]
+                sorted_weight_gradient(hidden, every[given], classes[given], grad[given], grad_weight)
 
 
-def sorted_weight_gradient(hidden: Tensor, rows: Tensor, classes: Tensor, grad: Tensor, grad_weight: Tensor) -> None:
-    """Add Σ g·hidden[row] over each class's pairs to its row of ``grad_weight`` without atomics: the pairs
-    sorted by class (stably, so the order of a class's pairs is fixed), cut into pieces (a class's pairs, at
-    most ``PIECE`` of them), each summed by one program; the pieces of a class with more pairs are summed apart
-    and then added up by a second launch."""
-    pairs, h = classes.shape[1], hidden.shape[1]
-    by_class, order = torch.sort(classes.flatten().to(torch.int32), stable=True)
-    pair_rows, pair_grad = rows[order // pairs], grad.flatten()[order]
+def sorted_weight_gradient(hidden: Tensor, pair_rows: Tensor, classes: Tensor, grad: Tensor,
+                           grad_weight: Tensor) -> None:
+    """Add Σ grad·hidden[pair_rows] over each class's pairs (all 1-D) to its row of ``grad_weight`` without
+    atomics: the pairs sorted by class (stably, so the order of a class's pairs is fixed), cut into pieces (a
+    class's pairs, at most ``PIECE`` of them), each summed by one program; the pieces of a class with more pairs
+    are summed apart and then added up by a second launch."""
+    h = hidden.shape[1]
+    by_class, order = torch.sort(classes.to(torch.int32), stable=True)
+    pair_rows, pair_grad = pair_rows[order], grad[order]
     m = order.numel()
     at = torch.arange(m, device=order.device)
     edge = torch.ones(m + 1, dtype=torch.bool, device=order.device)  # a class's pairs begin at j (or j = m)
