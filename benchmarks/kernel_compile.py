@@ -4,13 +4,12 @@ refuses (the interpreter, which the CPU tests use, runs some code the compiler d
 registers and spills as ``ptxas`` reports them, with how many of its programs an SM's registers can hold at once
 (an upper bound on the rows or tiles in flight: shared memory and the SM's thread limit may allow fewer).
 
-Each kernel is compiled with the arguments its own launch function passes it, captured instead of launched
-(bf16 inputs, the modules' default settings, and each alternative a module switches between: the row kernel's
-two sweeps, the AS kernel with δ < 1 and δ = 1, the on-chip layer, its backward with the weight's gradient by
-atomic adds or by sorting, and the sorted sum's two launches; the row kernel and the backward also at the
-largest k they take, which asks for the most registers). ``--tuning`` adds the
-settings benchmarks/kernel_tuning.py times. Needs a Triton with its NVIDIA backend (its wheels bring ``ptxas``);
-exits 1 if a kernel does not compile.
+Each kernel is compiled with the arguments its own launch function passes it, captured instead of launched (bf16
+inputs, the modules' default settings, and each alternative a module switches between: the row kernel's two sweeps,
+the AS kernel with δ < 1 and δ = 1 and with its pairs, the on-chip layer, its backward with the weight's gradient
+by atomic adds or by sorting, and the sorted sum's two launches; the row kernel and the backward also at the
+largest k they take, which asks for the most registers). ``--tuning`` adds the settings benchmarks/kernel_tuning.py
+times. Needs a Triton with its NVIDIA backend (its wheels bring ``ptxas``); exits 1 if a kernel does not compile.
 
     python benchmarks/kernel_compile.py                 # for sm_90 (H100, H200)
     python benchmarks/kernel_compile.py --arch 80 --tuning
@@ -127,10 +126,10 @@ def launches(tuning: bool) -> dict[str, tuple]:
         layer.sorted_weight_gradient(hidden, rows.repeat_interleave(k + 1), classes.flatten(), grad.flatten(),
                                      torch.zeros(v, h))
 
-    def as_kernel(delta: float):
-        return (as_softmax_triton._as_softmax_row,
-                lambda: as_softmax_triton.as_softmax_rows_triton(z, target, weights, delta, True, in_place=True),
-                as_softmax_triton)
+    def as_kernel(delta: float, cap: int = 0):
+        pairs = as_softmax_triton.KeptPairs.empty(n, cap, z.device) if cap else None
+        return (as_softmax_triton._as_softmax_row, lambda: as_softmax_triton.as_softmax_rows_triton(
+            z, target, weights, delta, True, in_place=True, pairs=pairs), as_softmax_triton)
 
     out = {
         "Sparse-softmax row kernel, merging": (row._sparse_softmax_row, row_kernel, row, {"BY_LANES": False}),
@@ -141,6 +140,7 @@ def launches(tuning: bool) -> dict[str, tuple]:
                                                               {"BY_LANES": True}),
         "AS row kernel, δ = 0.3": (*as_kernel(0.3), {}),
         "AS row kernel, δ = 1 (cross_entropy)": (*as_kernel(1.0), {}),
+        "AS row kernel, δ = 0.3, rows keeping few classes as pairs": (*as_kernel(0.3, cap=32), {}),
         "on-chip Sparse-softmax layer": (layer._sparse_output_layer, on_chip, layer, {}),
         "layer's backward, weight gradient by atomic adds": (layer._sparse_layer_backward, backward, layer, {}),
         f"layer's backward, weight gradient by atomic adds, k = {most}": (

@@ -21,7 +21,8 @@ if not (Path(TRITON.submodule_search_locations[0]) / "backends" / "nvidia" / "bi
 
 KERNELS = ["Sparse-softmax row kernel, merging", "Sparse-softmax row kernel, by lanes",
            "Sparse-softmax row kernel, merging, k = 128", "Sparse-softmax row kernel, by lanes, k = 128",
-           "AS row kernel, δ = 0.3", "AS row kernel, δ = 1 (cross_entropy)", "on-chip Sparse-softmax layer",
+           "AS row kernel, δ = 0.3", "AS row kernel, δ = 1 (cross_entropy)",
+           "AS row kernel, δ = 0.3, rows keeping few classes as pairs", "on-chip Sparse-softmax layer",
            "layer's backward, weight gradient by atomic adds", "layer's backward, weight gradient by atomic adds, k = 128",
            "layer's backward, weight gradient by sorting", "sorted weight gradient, pieces",
            "sorted weight gradient, split classes' pieces added"]

@@ -13,8 +13,14 @@ every class is kept and Σ_kept e = Σ e: the second sweep is skipped.
 
 Masked rows (the target alone is kept) get loss 0 and gradient exactly 0, as in the PyTorch path.
 Float64 logits stay on the PyTorch path (the kernel computes in float32).
+
+For the fused output layer a row's gradient may instead leave as pairs (``KeptPairs``): a row that keeps at
+most ``cap`` classes writes its kept classes and their gradient values, a few numbers where its dense row would
+be V, and a masked row writes nothing; the layer's sparse backward then touches only those classes' weight rows.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import triton
@@ -32,7 +38,8 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 @triton.jit
 def _as_softmax_row(z_ptr, z_stride, target_ptr, weight_ptr, delta, loss_ptr, nll_ptr, kept_ptr,
-                    grad_ptr, grad_stride, V, WANT_GRAD: tl.constexpr, ALL_KEPT: tl.constexpr, BLOCK: tl.constexpr):
+                    grad_ptr, grad_stride, classes_ptr, values_ptr, V, CAP: tl.constexpr, WANT_GRAD: tl.constexpr,
+                    ALL_KEPT: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     z_row = z_ptr + row * z_stride
     target = tl.load(target_ptr + row)
@@ -72,23 +79,51 @@ def _as_softmax_row(z_ptr, z_stride, target_ptr, weight_ptr, delta, loss_ptr, nl
     tl.store(kept_ptr + row, kept)
 
     # (3) the weighted gradient. e / Σ_kept e, not e times its inverse: on a masked row Σ_kept e = e_t,
-    # so the target's entry is exactly 1 - 1 and the whole row exactly 0.
+    # so the target's entry is exactly 1 - 1 and the whole row exactly 0. A row keeping at most CAP classes
+    # (CAP > 0) writes them as (class, value) pairs, in column order; a masked row, nothing.
     if WANT_GRAD:
         weight = tl.load(weight_ptr + row).to(tl.float32)
         grad_row = grad_ptr + row * grad_stride
-        for start in tl.range(0, V, BLOCK):
-            inside = start + cols < V
-            e = tl.exp(tl.load(z_row + start + cols, mask=inside, other=float("-inf")).to(tl.float32) - top)
-            g = tl.where(e >= cutoff, e / kept_mass, 0.0) - tl.where(start + cols == target, 1.0, 0.0)
-            tl.store(grad_row + start + cols, (g * weight).to(grad_ptr.dtype.element_ty), mask=inside)
+        as_pairs = kept <= CAP
+        if (kept > 1) | ~as_pairs:
+            written = tl.zeros([], tl.int32)  # pairs written so far
+            for start in tl.range(0, V, BLOCK):
+                inside = start + cols < V
+                e = tl.exp(tl.load(z_row + start + cols, mask=inside, other=float("-inf")).to(tl.float32) - top)
+                keep = inside & (e >= cutoff)
+                g = (tl.where(keep, e / kept_mass, 0.0) - tl.where(start + cols == target, 1.0, 0.0)) * weight
+                if as_pairs:
+                    at = row * CAP + written + tl.cumsum(keep.to(tl.int32), axis=0) - 1
+                    tl.store(classes_ptr + at, start + cols, mask=keep)
+                    tl.store(values_ptr + at, g, mask=keep)
+                    written += tl.sum(keep.to(tl.int32), axis=0)
+                else:
+                    tl.store(grad_row + start + cols, g.to(grad_ptr.dtype.element_ty), mask=inside)
+
+
+class KeptPairs(NamedTuple):
+    """Where ``as_softmax_rows_triton`` writes, for rows that keep few classes, their gradient as pairs: each
+    row's kept count, and for a row that keeps 2 to ``cap`` classes its first ``kept`` (class, value) pairs."""
+
+    kept: Tensor  # (n,) int32
+    classes: Tensor  # (n, cap) int64
+    values: Tensor  # (n, cap) float32
+
+    @staticmethod
+    def empty(n: int, cap: int, device: torch.device) -> "KeptPairs":
+        return KeptPairs(torch.empty(n, dtype=torch.int32, device=device),
+                         torch.empty(n, cap, dtype=torch.int64, device=device),
+                         torch.empty(n, cap, dtype=torch.float32, device=device))
 
 
 def as_softmax_rows_triton(logits: Tensor, target: Tensor, weight: Tensor, delta: float, want_grad: bool,
-                           in_place: bool = False):
+                           in_place: bool = False, pairs: KeptPairs | None = None):
     """``as_softmax_rows`` for float32/16 logits on a GPU (or the CPU under ``TRITON_INTERPRET=1``):
     row losses, nll, masked and dense flags, and the gradient of ``Σ weight · loss`` in the logits' dtype,
     written over the (contiguous) logits with ``in_place``: each program reads a block of its row before it
-    writes the block's gradient, and no program reads another's row."""
+    writes the block's gradient, and no program reads another's row. With ``pairs`` (buffers of at least n
+    rows) each row's kept count is written there, and a row that keeps at most ``pairs.classes.shape[1]``
+    classes writes its gradient there as pairs, not in the gradient's row (a masked row writes none)."""
     n, v = logits.shape
     if logits.stride(1) != 1:
         if in_place:
@@ -96,10 +131,12 @@ def as_softmax_rows_triton(logits: Tensor, target: Tensor, weight: Tensor, delta
         logits = logits.contiguous()
     row_loss = torch.empty(n, dtype=torch.float32, device=logits.device)
     nll = torch.empty_like(row_loss)
-    kept = torch.empty(n, dtype=torch.int32, device=logits.device)
+    kept = torch.empty(n, dtype=torch.int32, device=logits.device) if pairs is None else pairs.kept[:n]
     grad = (logits if in_place else torch.empty_like(logits)) if want_grad else row_loss  # the kernel ignores it then
+    classes, values = (kept, row_loss) if pairs is None else (pairs.classes, pairs.values)  # ignored with CAP 0
     if n:
         _as_softmax_row[(n,)](logits, logits.stride(0), target, weight, float(delta), row_loss, nll, kept,
-                              grad, grad.stride(0), v, WANT_GRAD=want_grad, ALL_KEPT=delta >= 1.0,
-                              BLOCK=min(BLOCK, triton.next_power_of_2(v)), num_warps=NUM_WARPS)
+                              grad, grad.stride(0), classes, values, v, CAP=0 if pairs is None else classes.shape[1],
+                              WANT_GRAD=want_grad, ALL_KEPT=delta >= 1.0, BLOCK=min(BLOCK, triton.next_power_of_2(v)),
+                              num_warps=NUM_WARPS)
     return row_loss, nll, kept == 1, kept == v, grad if want_grad else None

@@ -52,6 +52,12 @@ _DENSE_SHARE = 1 / 16
 #: + ``F.cross_entropy`` at V = 32k / 128k against 0.47× / 0.32× on chip, peak memory 0.08× / 0.02× against
 #: 0.03× / 0.02× (benchmarks/results/gpu_h100.md). ``output_layer_speed.py`` and ``kernel_tuning.py`` time both.
 SPARSE_ON_CHIP = False
+#: On a GPU, AS rows that keep at most this many classes (and more than the target alone: a masked row has no
+#: gradient) hand their gradient over as (class, value) pairs to the sparse_softmax layer's backward kernels,
+#: which touch only those classes' weight rows, instead of taking the two products with the rows that keep more
+#: (a row's share of the products costs the same whatever it keeps). 0: every row with a gradient takes the
+#: products. Off until a GPU has timed it: ``output_layer_speed.py`` times it at each share of dense rows.
+AS_PAIRS = 0
 
 
 class _Spec(NamedTuple):
@@ -117,6 +123,19 @@ class _Gradients:
                 self.dense(ids[local], h[local], grad[local])
         if entries:
             self.sparse(ids, h, *(torch.cat(parts) for parts in zip(*entries)))
+
+    def pairs(self, hidden: Tensor, rows: Tensor, pairs, chosen: Tensor) -> None:
+        """The ``chosen`` (bool) of the rows ``rows`` of ``hidden``, whose logit gradient the AS row kernel wrote
+        as ``pairs`` (``as_softmax_triton.KeptPairs``): their gradients by the sparse layer's backward kernels."""
+        some = chosen.nonzero().squeeze(1)
+        if not some.numel():
+            return
+        counts, classes, values = pairs.kept[some], pairs.classes[some], pairs.values[some]
+        triton_kernels("output_layer_triton").sparse_layer_backward_triton(
+            hidden, self.weight, rows[some], classes, values, self.grad_hidden, self.grad_weight, counts)
+        if self.grad_bias is not None:
+            given = torch.arange(classes.shape[1], device=counts.device) < counts[:, None]
+            self.grad_bias.index_add_(0, classes[given], values[given])
 
     def sparse(self, rows: Tensor, h: Tensor, entry_rows: Tensor, classes: Tensor, grad: Tensor) -> None:
         """Single entries ``grad`` of the logit gradient of the rows ``rows`` (features ``h (B, H)``), at
@@ -307,7 +326,7 @@ def _score_rows_by_row_kernel(kernel, hidden: Tensor, weight: Tensor, bias: Tens
     """``_score_rows`` on a GPU for cross_entropy and as_softmax: each block's logits in the inputs' dtype (as
     the layer's), scored whole by the AS row kernel, which writes the weighted gradient over them; then the
     two products for the rows that have a gradient (AS's masked rows have none), also for AS rows that keep
-    few classes, which the CPU path gathers entry by entry: a GPU's products are the faster way."""
+    few classes (which the CPU path gathers entry by entry), unless ``AS_PAIRS`` hands those over as pairs."""
     n = rows.numel()
     delta = 1.0 if spec.loss == "cross_entropy" else spec.delta
     want = row_weight is not None
@@ -318,15 +337,22 @@ def _score_rows_by_row_kernel(kernel, hidden: Tensor, weight: Tensor, bias: Tens
     dense = torch.empty_like(masked)
     grads = _Gradients(hidden, weight, bias, dtype) if want else None
     scale = row_weight if want else loss  # read by the kernel only for the gradient
+    cap = AS_PAIRS if want and spec.loss == "as_softmax" else 0
+    pairs = kernel.KeptPairs.empty(n, cap, hidden.device) if cap else None
     for done, ids, h, z in _logit_blocks(hidden, weight, bias, rows, hidden.dtype):  # z: logits, then gradient
+        few = None if pairs is None else kernel.KeptPairs(*(part[done] for part in pairs))
         loss[done], nll[done], masked[done], dense[done], grad = kernel.as_softmax_rows_triton(
-            z, target[done], scale[done], delta, want, in_place=True)
-        if want:
-            live = (~masked[done]).nonzero().squeeze(1)
-            if live.numel() == ids.numel():
-                grads.dense(ids, h, grad)
-            elif live.numel():
-                grads.dense(ids[live], h[live], _rows_to_front(grad, live))
+            z, target[done], scale[done], delta, want, in_place=True, pairs=few)
+        if not want:
+            continue
+        products = ~masked[done] if few is None else few.kept > cap  # rows with a gradient in the block
+        live = products.nonzero().squeeze(1)
+        if live.numel() == ids.numel():
+            grads.dense(ids, h, grad)
+        elif live.numel():
+            grads.dense(ids[live], h[live], _rows_to_front(grad, live))
+        if few is not None:
+            grads.pairs(hidden, ids, few, (few.kept > 1) & ~products)
     return _scores(loss, nll, masked, dense, grads)
 
 
