@@ -25,7 +25,8 @@ On a GPU, sparse_softmax hands over only the k + 1 gradient pairs a row, which a
 computed by cuBLAS and scored by Sparse-softmax's row kernel (``sparse_softmax_triton.py``), or
 (``SPARSE_ON_CHIP = True``) from a kernel that computes and scores the logits tile by tile on chip.
 cross_entropy and as_softmax keep the blocks there, in the inputs' dtype, scored whole by AS's row kernel
-(``as_softmax_triton.py``): no copy to float32 and no small parts, which on a GPU cost more than the products.
+(``as_softmax_triton.py``): no copy to float32 and no small parts, which on a GPU cost more than the products
+(with ``AS_PAIRS``, AS rows that keep only a few classes leave as pairs too, for the sparse backward).
 """
 from __future__ import annotations
 
