@@ -8,8 +8,9 @@ sweeps over its logits, all arithmetic in float32 registers: (1) the running max
 ``e_i < e_t - δ·Σe``, i.e. ``p_t - p_i > δ``, the same test as ``as_softmax_chunk``) the kept mass
 Σ_kept e and the kept count; (3) the weighted gradient ``w·(e/Σ_kept e on kept classes - onehot(t))``,
 written once in the logits' dtype. A row is 256 KB in bf16 at V = 128k, so the second and third sweeps
-mostly read what the first left in L2. With δ ≥ 1 (the fused layer's cross_entropy) the cutoff is at most 0,
-every class is kept and Σ_kept e = Σ e: the second sweep is skipped.
+mostly read what the first left in L2. Where the cutoff is at most 0 (p_t ≤ δ: a dense row, as every row is
+early in training; always with δ ≥ 1, the fused layer's cross_entropy) every class is kept and Σ_kept e = Σ e:
+the second sweep is skipped.
 
 Masked rows (the target alone is kept) get loss 0 and gradient exactly 0, as in the PyTorch path.
 Float64 logits stay on the PyTorch path (the kernel computes in float32).
@@ -57,12 +58,13 @@ def _as_softmax_row(z_ptr, z_stride, target_ptr, weight_ptr, delta, loss_ptr, nl
     log_e_t = z_t - top
     cutoff = tl.exp(log_e_t) - delta * total
 
-    # (2) the kept classes' mass and count; with δ ≥ 1 (cross_entropy) every class, without a sweep
+    # (2) the kept classes' mass and count. A cutoff of at most 0 (p_t ≤ δ) keeps every class (e ≥ 0): no
+    # sweep. With δ ≥ 1 (cross_entropy) that holds exactly, so the cutoff is made -inf, not left to rounding.
     if ALL_KEPT:
         cutoff = float("-inf")
-        kept_mass = total
-        kept = V + tl.zeros([], tl.int32)
-    else:
+    kept_mass = total
+    kept = V + tl.zeros([], tl.int32)
+    if cutoff > 0:
         kept_sum = tl.zeros([BLOCK], tl.float32)
         kept_count = tl.zeros([BLOCK], tl.int32)
         for start in tl.range(0, V, BLOCK):
