@@ -187,16 +187,14 @@ def sparse_layer_backward_triton(hidden: Tensor, weight: Tensor, rows: Tensor, c
     by_sorting = SORTED_WEIGHT_GRADIENT or torch.are_deterministic_algorithms_enabled()
     if n:
         _sparse_layer_backward[(n, triton.cdiv(h, BACKWARD_BLOCK_H))](
-            classes, grad, rows if counts is None else counts, rows, hidden, hidden.stride(0), weight,
+            classes, grad, rows if counts is None else counts, rows, hidden, hidden.stride(0), weight,  # rows: unread
             weight.stride(0), grad_hidden, grad_weight, h, pairs, COUNTED=counts is not None, BLOCK_P=PIECE_BLOCK,
             BLOCK_H=BACKWARD_BLOCK_H, ATOMIC_WEIGHT=not by_sorting)
         if by_sorting:
-            every = rows[:, None].expand(n, pairs)
-            if counts is None:
-                sorted_weight_gradient(hidden, every.flatten(), classes.flatten(), grad.flatten(), grad_weight)
-            else:
-                given = torch.arange(pairs, device=counts.device) < counts[:, None]
-                sorted_weight_gradient(hidden, every[given], classes[given], grad[given], grad_weight)
+            given = (torch.ones_like(classes, dtype=torch.bool) if counts is None
+                     else torch.arange(pairs, device=counts.device) < counts[:, None])
+            sorted_weight_gradient(hidden, rows[:, None].expand(n, pairs)[given], classes[given], grad[given],
+                                   grad_weight)
 
 
 def sorted_weight_gradient(hidden: Tensor, pair_rows: Tensor, classes: Tensor, grad: Tensor,
