@@ -16,13 +16,15 @@ the same logits; the sparse layer's backward (from k + 1 gradient pairs a row, o
 from a Zipf law, as a trained model's top k, where a few words are in most rows') by sorting, at several piece
 sizes, against by atomic adds; the block path's forward + backward at several block sizes, and with each
 block's weight-gradient product made and then added to the float32 sum (``output_layer._MIXED_ADDMM``), against
-``F.linear`` + ``F.cross_entropy`` + backward. CUDA only.
+``F.linear`` + ``F.cross_entropy`` + backward. On a CUDA device; ``--device cpu`` (in Triton's interpreter) only checks that every step runs.
 
     python benchmarks/kernel_tuning.py --cases 16384x1024x32000,16384x1024x128000
+    TRITON_INTERPRET=1 python benchmarks/kernel_tuning.py --device cpu --cases 4x16x64 --out /tmp/tuning.md
 """
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import torch
@@ -71,12 +73,12 @@ def as_setting(block: int, warps: int) -> tuple[str, dict]:
     return f"block {block}, {warps} warps", dict(BLOCK=block, NUM_WARPS=warps)
 
 
-def layer_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
+def layer_rows(n: int, h: int, v: int, repeats: int, device: str) -> list[str]:
     g = torch.Generator().manual_seed(0)
-    hidden = (torch.randn(n, h, generator=g)).cuda().bfloat16()
-    weight = (torch.randn(v, h, generator=g) / h**0.5).cuda().bfloat16()
-    target = torch.randint(0, v, (n,), generator=g).cuda()
-    rows = torch.arange(n, device="cuda")
+    hidden = torch.randn(n, h, generator=g).to(device, torch.bfloat16)
+    weight = (torch.randn(v, h, generator=g) / h**0.5).to(device, torch.bfloat16)
+    target = torch.randint(0, v, (n,), generator=g).to(device)
+    rows = torch.arange(n, device=device)
     block = _common.chunk_rows(hidden.device, v, fused=True, width=h)
 
     def by_blocks():  # output_layer.SPARSE_ON_CHIP = False
@@ -91,27 +93,27 @@ def layer_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
         name, values = layer_setting(*setting)
         steps[name] = with_settings(layer_kernel, lambda: layer_kernel.sparse_output_layer_triton(
             hidden, weight, None, rows, target, K, 0.0, True), **values)
-    return table(f"N={n} H={h} V={v}", best_times(steps, repeats, "cuda"))
+    return table(f"N={n} H={h} V={v}", best_times(steps, repeats, device))
 
 
-def row_rows(n: int, v: int, repeats: int) -> list[str]:
+def row_rows(n: int, v: int, repeats: int, device: str) -> list[str]:
     g = torch.Generator().manual_seed(0)
-    z = (torch.randn(n, v, generator=g) * 2).cuda().bfloat16()
-    target = torch.randint(0, v, (n,), generator=g).cuda()
+    z = (torch.randn(n, v, generator=g) * 2).to(device, torch.bfloat16)
+    target = torch.randint(0, v, (n,), generator=g).to(device)
     steps = {"F.cross_entropy forward (bf16 logits)": lambda: F.cross_entropy(z, target, reduction="sum"),
              f"torch.topk k={K}": lambda: torch.topk(z, K, dim=1)}
     for setting in ROW_SETTINGS:
         name, values = row_setting(*setting)
         steps[name] = with_settings(row_kernel, lambda: row_kernel.sparse_softmax_chunk_triton(z, target, K, 0.0, True),
                                     **values)
-    return table(f"N={n} V={v}", best_times(steps, repeats, "cuda"))
+    return table(f"N={n} V={v}", best_times(steps, repeats, device))
 
 
-def as_rows(n: int, v: int, repeats: int) -> list[str]:
+def as_rows(n: int, v: int, repeats: int, device: str) -> list[str]:
     g = torch.Generator().manual_seed(0)
-    z = (torch.randn(n, v, generator=g) * 2).cuda().bfloat16()
+    z = (torch.randn(n, v, generator=g) * 2).to(device, torch.bfloat16)
     logits = z.clone().requires_grad_(True)
-    target = torch.randint(0, v, (n,), generator=g).cuda()
+    target = torch.randint(0, v, (n,), generator=g).to(device)
     weight = torch.ones(n, device=z.device)
 
     def cross_entropy():
@@ -124,21 +126,21 @@ def as_rows(n: int, v: int, repeats: int) -> list[str]:
             name, values = as_setting(*setting)
             steps[f"AS kernel δ={delta}, {name}"] = with_settings(as_kernel, lambda delta=delta: (
                 as_kernel.as_softmax_rows_triton(z, target, weight, delta, True, in_place=True)), **values)
-    return table(f"N={n} V={v}", best_times(steps, repeats, "cuda"))
+    return table(f"N={n} V={v}", best_times(steps, repeats, device))
 
 
-def backward_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
+def backward_rows(n: int, h: int, v: int, repeats: int, device: str) -> list[str]:
     g = torch.Generator().manual_seed(0)
-    hidden = torch.randn(n, h, generator=g).cuda().bfloat16()
-    weight = (torch.randn(v, h, generator=g) / h**0.5).cuda().bfloat16()
-    rows = torch.arange(n, device="cuda")
-    grad = torch.randn(n, K + 1, generator=g).cuda()
-    grad_hidden, grad_weight = torch.zeros(n, h, device="cuda"), torch.zeros(v, h, device="cuda")
+    hidden = torch.randn(n, h, generator=g).to(device, torch.bfloat16)
+    weight = (torch.randn(v, h, generator=g) / h**0.5).to(device, torch.bfloat16)
+    rows = torch.arange(n, device=device)
+    grad = torch.randn(n, K + 1, generator=g).to(device)
+    grad_hidden, grad_weight = torch.zeros(n, h, device=device), torch.zeros(v, h, device=device)
     zipf = 1 / torch.arange(1, v + 1, dtype=torch.float64)
     steps = {}
     for law, classes in (("uniform", torch.randint(0, v, (n, K + 1), generator=g)),
                          ("Zipf", torch.multinomial(zipf, n * (K + 1), replacement=True, generator=g).view(n, K + 1))):
-        def backward(classes=classes.cuda()):
+        def backward(classes=classes.to(device)):
             layer_kernel.sparse_layer_backward_triton(hidden, weight, rows, classes, grad, grad_hidden, grad_weight)
 
         steps[f"{law} classes, weight gradient by atomic adds"] = with_settings(
@@ -146,14 +148,14 @@ def backward_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
         for piece in PIECES:
             steps[f"{law} classes, by sorting, pieces of {piece} pairs"] = with_settings(
                 layer_kernel, backward, SORTED_WEIGHT_GRADIENT=True, PIECE=piece)
-    return table(f"N={n} H={h} V={v}", best_times(steps, repeats, "cuda"))
+    return table(f"N={n} H={h} V={v}", best_times(steps, repeats, device))
 
 
-def block_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
+def block_rows(n: int, h: int, v: int, repeats: int, device: str) -> list[str]:
     g = torch.Generator().manual_seed(0)
-    hidden = (torch.randn(n, h, generator=g) * 0.5).cuda().bfloat16().requires_grad_(True)
-    weight = F.normalize(torch.randn(v, h, generator=g), dim=-1).cuda().bfloat16().requires_grad_(True)
-    target = torch.randint(0, v, (n,), generator=g).cuda()
+    hidden = (torch.randn(n, h, generator=g) * 0.5).to(device, torch.bfloat16).requires_grad_(True)
+    weight = F.normalize(torch.randn(v, h, generator=g), dim=-1).to(device, torch.bfloat16).requires_grad_(True)
+    target = torch.randint(0, v, (n,), generator=g).to(device)
 
     def step(loss_fn):
         def run():
@@ -170,7 +172,7 @@ def block_rows(n: int, h: int, v: int, repeats: int) -> list[str]:
             steps[name] = with_settings(_common, fused, _ACCELERATOR_CHUNK_ELEMENTS={False: 1 << 24, True: budget})
             if budget == _common._ACCELERATOR_CHUNK_ELEMENTS[True]:  # each block's product made, then added
                 steps[f"{name}, product then add"] = with_settings(output_layer, fused, _MIXED_ADDMM=False)
-    return table(f"N={n} H={h} V={v}", best_times(steps, repeats, "cuda"))
+    return table(f"N={n} H={h} V={v}", best_times(steps, repeats, device))
 
 
 def table(case: str, times: dict[str, float]) -> list[str]:
@@ -185,9 +187,14 @@ def main() -> None:
     parser.add_argument("--cases", default="16384x1024x32000,16384x1024x128000", help="NxHxV,...")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "kernel_tuning.md")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu: a check that every step runs, the kernels in Triton's interpreter (its times "
+                             "mean nothing; TRITON_INTERPRET=1 must be set)")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("the kernels are tuned on a CUDA device; none is present")
+    if args.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        parser.error("on the CPU the kernels run only in Triton's interpreter: set TRITON_INTERPRET=1")
     header = ["| case | setting | ms | ÷ first row |", "|---|---|---:|---:|"]
     sections = {"On-chip Sparse-softmax layer, forward with gradient pairs (bf16)": [],
                 "Sparse-softmax row kernel, forward with gradient pairs (bf16 logits)": [],
@@ -198,13 +205,13 @@ def main() -> None:
     for case in args.cases.split(","):
         n, h, v = map(int, case.split("x"))
         layer, rows, as_kernel_rows, backward, blocks = sections.values()
-        layer += layer_rows(n, h, v, args.repeats)
-        rows += row_rows(n, v, args.repeats)
-        as_kernel_rows += as_rows(n, v, args.repeats)
-        backward += backward_rows(n, h, v, args.repeats)
-        blocks += block_rows(n, h, v, args.repeats)
-        lines = [f"Device: {device_name('cuda')}; torch {torch.__version__}; min of {args.repeats} interleaved "
-                 f"runs; k = {K}."]
+        layer += layer_rows(n, h, v, args.repeats, args.device)
+        rows += row_rows(n, v, args.repeats, args.device)
+        as_kernel_rows += as_rows(n, v, args.repeats, args.device)
+        backward += backward_rows(n, h, v, args.repeats, args.device)
+        blocks += block_rows(n, h, v, args.repeats, args.device)
+        lines = [f"Device: {device_name(args.device)}; torch {torch.__version__}; min of {args.repeats} "
+                 f"interleaved runs; k = {K}."]
         for title, body in sections.items():
             lines += ["", f"## {title}", "", *header, *body]
         args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")  # after each case: a run cut short keeps it

@@ -23,7 +23,8 @@ KERNELS = ["Sparse-softmax row kernel, merging", "Sparse-softmax row kernel, by 
            "Sparse-softmax row kernel, merging, k = 128", "Sparse-softmax row kernel, by lanes, k = 128",
            "AS row kernel, δ = 0.3", "AS row kernel, δ = 1 (cross_entropy)",
            "AS row kernel, δ = 0.3, rows keeping few classes as pairs", "on-chip Sparse-softmax layer",
-           "layer's backward, weight gradient by atomic adds", "layer's backward, weight gradient by atomic adds, k = 128",
+           "layer's backward, weight gradient by atomic adds",
+           "layer's backward, weight gradient by atomic adds, k = 128",
            "layer's backward, weight gradient by sorting", "sorted weight gradient, pieces",
            "sorted weight gradient, split classes' pieces added"]
 #: The one kernel known to spill registers at its default tiles (docs/gpus.md); it is not on a default path.
