@@ -7,9 +7,10 @@ registers and spills as ``ptxas`` reports them, with how many of its programs an
 Each kernel is compiled with the arguments its own launch function passes it, captured instead of launched (bf16
 inputs, the modules' default settings, and each alternative a module switches between: the row kernel's two sweeps,
 the AS kernel with δ < 1 and δ = 1 and with its pairs, the on-chip layer, its backward with the weight's gradient
-by atomic adds or by sorting, and the sorted sum's two launches; the row kernel and the backward also at the
-largest k they take, which asks for the most registers). ``--tuning`` adds the settings benchmarks/kernel_tuning.py
-times. Needs a Triton with its NVIDIA backend (its wheels bring ``ptxas``); exits 1 if a kernel does not compile.
+by atomic adds or by sorting and with a count of pairs a row, and the sorted sum's two launches; the row kernel and
+the backward also at the largest k they take, which asks for the most registers). ``--tuning`` adds the settings
+benchmarks/kernel_tuning.py times. Needs a Triton with its NVIDIA backend (its wheels bring ``ptxas``); exits 1 if
+a kernel does not compile.
 
     python benchmarks/kernel_compile.py                 # for sm_90 (H100, H200)
     python benchmarks/kernel_compile.py --arch 80 --tuning
@@ -118,8 +119,10 @@ def launches(tuning: bool) -> dict[str, tuple]:
         """k + 1 gradient pairs a row, of three classes: more pairs a class than a small PIECE."""
         return torch.randint(0, 3, (n, top + 1), generator=g), torch.randn(n, top + 1, generator=g)
 
-    def backward(top: int = k):
-        layer.sparse_layer_backward_triton(hidden, weight, rows, *pairs(top), torch.zeros(n, h), torch.zeros(v, h))
+    def backward(top: int = k, counted: bool = False):
+        counts = torch.randint(1, top + 2, (n,), generator=g, dtype=torch.int32) if counted else None
+        layer.sparse_layer_backward_triton(hidden, weight, rows, *pairs(top), torch.zeros(n, h), torch.zeros(v, h),
+                                           counts)
 
     def sorted_sum():  # its last launch adds up the pieces of split classes, when there are any
         classes, grad = pairs()
@@ -145,6 +148,8 @@ def launches(tuning: bool) -> dict[str, tuple]:
         "layer's backward, weight gradient by atomic adds": (layer._sparse_layer_backward, backward, layer, {}),
         f"layer's backward, weight gradient by atomic adds, k = {most}": (
             layer._sparse_layer_backward, lambda: backward(most), layer, {}),
+        "layer's backward, a count of pairs a row (AS rows as pairs)": (
+            layer._sparse_layer_backward, lambda: backward(counted=True), layer, {}),
         "layer's backward, weight gradient by sorting": (  # the sorted sum's launches compiled apart, below
             layer._sparse_layer_backward, backward, layer,
             {"SORTED_WEIGHT_GRADIENT": True, "sorted_weight_gradient": lambda *args: None}),

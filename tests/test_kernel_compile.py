@@ -25,6 +25,7 @@ KERNELS = ["Sparse-softmax row kernel, merging", "Sparse-softmax row kernel, by 
            "AS row kernel, δ = 0.3, rows keeping few classes as pairs", "on-chip Sparse-softmax layer",
            "layer's backward, weight gradient by atomic adds",
            "layer's backward, weight gradient by atomic adds, k = 128",
+           "layer's backward, a count of pairs a row (AS rows as pairs)",
            "layer's backward, weight gradient by sorting", "sorted weight gradient, pieces",
            "sorted weight gradient, split classes' pieces added"]
 #: The one kernel known to spill registers at its default tiles (docs/gpus.md); it is not on a default path.
