@@ -346,7 +346,7 @@ def _score_rows_by_row_kernel(kernel, hidden: Tensor, weight: Tensor, bias: Tens
             z, target[done], scale[done], delta, want, in_place=True, pairs=few)
         if not want:
             continue
-        products = ~masked[done] if few is None else few.kept > cap  # rows with a gradient in the block
+        products = ~masked[done] if few is None else few.kept > cap  # the block's rows that take the products
         live = products.nonzero().squeeze(1)
         if live.numel() == ids.numel():
             grads.dense(ids, h, grad)
