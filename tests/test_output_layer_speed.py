@@ -1,0 +1,49 @@
+"""benchmarks/output_layer_speed.py: the table and plot on the CPU, end to end; and every variant of its GPU table
+built and run once (on the CPU: the GPU's variants switch module settings that only GPU paths read, so what is
+checked is that each is built, named and runs, which a GPU run, rare and short, must not be the first to find)."""
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT, run_script
+
+if not torch.cuda.is_available():  # as in the other kernel tests: Triton reads it when the kernels are imported
+    os.environ["TRITON_INTERPRET"] = "1"
+pytest.importorskip("triton", reason="Triton is not installed")
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import output_layer_speed  # noqa: E402
+
+
+def test_the_gpu_table_builds_and_runs_every_variant(monkeypatch):
+    made = output_layer_speed.make_case
+    monkeypatch.setattr(output_layer_speed, "make_case", lambda n, h, v, share, device, dtype, seed=0: made(
+        n, h, v, share, "cpu", dtype, seed))  # the GPU's variants, on the CPU's tensors
+    steps = output_layer_speed.variants(24, 8, 60, "cuda", torch.float32)
+    names = list(steps)
+    k, delta = output_layer_speed.K, output_layer_speed.DELTA
+    assert names[0] == "baseline: F.linear + F.cross_entropy"
+    assert f"sparse_softmax k={k}, fused, on chip" in names
+    sweeps = {f"sparse_softmax k={k}, fused, logit blocks, {sweep}" for sweep in ("by lanes", "merging")}
+    assert sweeps & set(names), "the row kernel's other sweep"
+    assert [name for name in names if "weight gradient by" in name], "the backward's other weight gradient"
+    for share in output_layer_speed.DENSE_SHARES:
+        name = f"as_softmax δ={delta}, fused, {share:.0%} dense"
+        assert name in names
+        assert (share < 1) == any(other.startswith(name + ", ") and "pairs" in other for other in names), name
+    for name, (step, _) in steps.items():
+        step()
+
+
+def test_the_cpu_table_and_plot(tmp_path):
+    out = tmp_path / "speed"
+    run_script("benchmarks/output_layer_speed.py", "--cases", "24x8x60", "--repeats", "1", "--out", out)
+    table = (tmp_path / "speed.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| N=24 H=8 V=60 \| (.+?) \| ([\d.]+) \| ([\d.]+) \|", table, flags=re.M)
+    assert rows[0][0] == "baseline: F.linear + F.cross_entropy" and float(rows[0][2]) == 1.0
+    assert len(rows) == len(output_layer_speed.variants(24, 8, 60, "cpu", torch.float32))
+    assert (tmp_path / "speed.png").stat().st_size > 0
