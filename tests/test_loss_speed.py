@@ -1,0 +1,28 @@
+"""benchmarks/loss_speed.py: its GPU table's losses (with the row kernel's other sweep) built and run once on the
+CPU, which a GPU run, rare and short, must not be the first to do."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT
+
+if not torch.cuda.is_available():  # as in the other kernel tests: Triton reads it when the kernels are imported
+    os.environ["TRITON_INTERPRET"] = "1"
+pytest.importorskip("triton", reason="Triton is not installed")
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import loss_speed  # noqa: E402
+
+
+def test_the_gpu_losses_are_built_and_run():
+    fns = loss_speed.losses("cuda")
+    assert list(fns)[:len(loss_speed.LOSSES)] == list(loss_speed.LOSSES)
+    (other,) = set(fns) - set(loss_speed.LOSSES)
+    assert other.startswith("sparse_softmax(k=10), ") and other.endswith(("by lanes", "merging"))
+    logits, target = loss_speed.make_inputs(12, 50, "cpu", torch.float32)
+    for fn in fns.values():
+        loss_speed.step(fn, logits, target)
+        assert logits.grad is not None and torch.isfinite(logits.grad).all()
