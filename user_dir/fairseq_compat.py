@@ -44,7 +44,7 @@
    threads live into interpreter shutdown; one that drops the last reference to a finished collective's
    tensors then needs the interpreter lock, and the process aborts the same way (a rank of a finished
    two-process run exits with SIGABRT, now and then). At exit we destroy the group while the interpreter
-   is whole, which joins those threads.
+   is whole, which joins those threads. (One such abort was seen since, under a loaded test suite: docs/training.md.)
 10. Attention on GPUs whose PyTorch prefers cuDNN's (Hopper, torch 2.11). cuDNN builds an execution graph for
    every new shape of query, key and value, and fairseq's batches come in many shapes (``--max-tokens`` batches
    of every length; a decoding step's key length grows by one). On one H100 each call of cuDNN attention took
