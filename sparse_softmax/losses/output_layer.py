@@ -125,17 +125,16 @@ class _Gradients:
         if entries:
             self.sparse(ids, h, *(torch.cat(parts) for parts in zip(*entries)))
 
-    def pairs(self, hidden: Tensor, rows: Tensor, pairs, chosen: Tensor) -> None:
-        """The ``chosen`` (bool) of the rows ``rows`` of ``hidden``, whose logit gradient the AS row kernel wrote
-        as ``pairs`` (``as_softmax_triton.KeptPairs``): their gradients by the sparse layer's backward kernels."""
-        some = chosen.nonzero().squeeze(1)
-        if not some.numel():
-            return
-        counts, classes, values = pairs.kept[some], pairs.classes[some], pairs.values[some]
-        triton_kernels("output_layer_triton").sparse_layer_backward_triton(
-            hidden, self.weight, rows[some], classes, values, self.grad_hidden, self.grad_weight, counts)
+    def pairs(self, hidden: Tensor, rows: Tensor, classes: Tensor, values: Tensor,
+              counts: Tensor | None = None) -> None:
+        """Rows ``rows`` of ``hidden`` whose logit gradient is given as (class, value) pairs, ``classes`` and
+        ``values`` (n, P) (with ``counts``, a row's first counts[i]): their gradients by the sparse layer's
+        backward kernels (GPU)."""
+        kernels = triton_kernels("output_layer_triton")
+        kernels.sparse_layer_backward_triton(hidden, self.weight, rows, classes, values, self.grad_hidden,
+                                             self.grad_weight, counts)
         if self.grad_bias is not None:
-            given = torch.arange(classes.shape[1], device=counts.device) < counts[:, None]
+            given = kernels.given_pairs(classes, counts)
             self.grad_bias.index_add_(0, classes[given], values[given])
 
     def sparse(self, rows: Tensor, h: Tensor, entry_rows: Tensor, classes: Tensor, grad: Tensor) -> None:
@@ -291,11 +290,7 @@ def _score_sparse_rows(kernel, hidden: Tensor, weight: Tensor, bias: Tensor | No
     grads = None
     if want:
         grads = _Gradients(hidden, weight, bias, compute_dtype(hidden))
-        values = scored.grad.mul_(row_weight[:, None].to(scored.grad.dtype))
-        kernel.sparse_layer_backward_triton(hidden, weight, rows, scored.classes, values, grads.grad_hidden,
-                                            grads.grad_weight)
-        if grads.grad_bias is not None:
-            grads.grad_bias.index_add_(0, scored.classes.flatten(), values.flatten())
+        grads.pairs(hidden, rows, scored.classes, scored.grad.mul_(row_weight[:, None].to(scored.grad.dtype)))
     return _scores(scored.loss, scored.nll, masked, dense, grads)
 
 
@@ -353,7 +348,9 @@ def _score_rows_by_row_kernel(kernel, hidden: Tensor, weight: Tensor, bias: Tens
         elif live.numel():
             grads.dense(ids[live], h[live], _rows_to_front(grad, live))
         if few is not None:
-            grads.pairs(hidden, ids, few, (few.kept > 1) & ~products)
+            some = ((few.kept > 1) & ~products).nonzero().squeeze(1)  # the rows that keep 2 to cap classes
+            if some.numel():
+                grads.pairs(hidden, ids[some], few.classes[some], few.values[some], few.kept[some])
     return _scores(loss, nll, masked, dense, grads)
 
 

@@ -191,10 +191,17 @@ def sparse_layer_backward_triton(hidden: Tensor, weight: Tensor, rows: Tensor, c
             weight.stride(0), grad_hidden, grad_weight, h, pairs, COUNTED=counts is not None, BLOCK_P=PIECE_BLOCK,
             BLOCK_H=BACKWARD_BLOCK_H, ATOMIC_WEIGHT=not by_sorting)
         if by_sorting:
-            given = (torch.ones_like(classes, dtype=torch.bool) if counts is None
-                     else torch.arange(pairs, device=counts.device) < counts[:, None])
+            given = given_pairs(classes, counts)
             sorted_weight_gradient(hidden, rows[:, None].expand(n, pairs)[given], classes[given], grad[given],
                                    grad_weight)
+
+
+def given_pairs(classes: Tensor, counts: Tensor | None) -> Tensor:
+    """Which of the pairs ``classes (n, P)`` stand for a gradient: every one, or with ``counts`` a row's first
+    counts[i]."""
+    if counts is None:
+        return torch.ones_like(classes, dtype=torch.bool)
+    return torch.arange(classes.shape[1], device=counts.device) < counts[:, None]
 
 
 def sorted_weight_gradient(hidden: Tensor, pair_rows: Tensor, classes: Tensor, grad: Tensor,
