@@ -69,7 +69,8 @@ def main() -> None:
     commit = resolved.stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         then = Path(tmp) / "then"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(then), commit], check=True)
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(then), commit],
+                       check=True)
         try:
             best: dict[str, dict[str, float]] = {"then": {}, "now": {}}
             for round_ in range(1, args.rounds + 1):

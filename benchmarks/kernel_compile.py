@@ -183,7 +183,7 @@ def main() -> None:
         except Exception as error:  # every kernel gets its turn; the failures are counted and summed up
             failed += 1
             print(f"{name}: FAILED: {type(error).__name__}: {error}", flush=True)
-    print(f"{failed} of the kernels did not compile for sm_{args.arch}" if failed else f"all compiled for sm_{args.arch}")
+    print(f"{failed} of the kernels did not compile" if failed else "all compiled", f"for sm_{args.arch}")
     sys.exit(1 if failed else 0)
 
 

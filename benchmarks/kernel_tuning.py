@@ -6,17 +6,17 @@ and sweep of the Sparse-softmax row kernel (``sparse_softmax_triton``), block an
 ``output_layer_triton``), and the rows a block of the fused output layer's block path takes on an
 accelerator (cross_entropy, as_softmax).
 
-Each setting is timed against what bounds it in the same run, interleaved (``measure.best_times``):
-the on-chip layer's forward (logits, log-sum-exp, top k, gradient pairs) against ``F.linear`` alone,
-the product it cannot beat, and against the layer's other forward (blocks of ``F.linear`` logits scored
-by the row kernel); the row kernel against ``F.cross_entropy``'s forward on the same logits,
-which reads them once; the AS kernel (loss and gradient, written in place as the fused layer has it:
-its time does not depend on the values it reads) against ``F.cross_entropy``'s forward and backward on
-the same logits; the sparse layer's backward (from k + 1 gradient pairs a row, on classes drawn uniformly and
-from a Zipf law, as a trained model's top k, where a few words are in most rows') by sorting, at several piece
-sizes, against by atomic adds; the block path's forward + backward at several block sizes, and with each
-block's weight-gradient product made and then added to the float32 sum (``output_layer._MIXED_ADDMM``), against
-``F.linear`` + ``F.cross_entropy`` + backward. On a CUDA device; ``--device cpu`` (in Triton's interpreter) only checks that every step runs.
+Each setting is timed against what bounds it in the same run, interleaved (``measure.best_times``): the on-chip
+layer's forward (logits, log-sum-exp, top k, gradient pairs) against ``F.linear`` alone, the product it cannot
+beat, and against the layer's other forward (blocks of ``F.linear`` logits scored by the row kernel); the row
+kernel against ``F.cross_entropy``'s forward on the same logits, which reads them once; the AS kernel (loss and
+gradient, written in place as the fused layer has it: its time does not depend on the values it reads) against
+``F.cross_entropy``'s forward and backward on the same logits; the sparse layer's backward (from k + 1 gradient
+pairs a row, on classes drawn uniformly and from a Zipf law, as a trained model's top k, where a few words are in
+most rows) by sorting, at several piece sizes, against by atomic adds; the block path's forward + backward at
+several block sizes, and with each block's weight-gradient product made and then added to the float32 sum
+(``output_layer._MIXED_ADDMM``), against ``F.linear`` + ``F.cross_entropy`` + backward. On a CUDA device;
+``--device cpu`` (in Triton's interpreter) only checks that every step runs.
 
     python benchmarks/kernel_tuning.py --cases 16384x1024x32000,16384x1024x128000
     TRITON_INTERPRET=1 python benchmarks/kernel_tuning.py --device cpu --cases 4x16x64 --out /tmp/tuning.md
