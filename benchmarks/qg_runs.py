@@ -9,6 +9,7 @@ are committed so that seeds can be added later without re-running the others.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import pickle
 import re
@@ -57,12 +58,15 @@ def fairseq_train(data: Path, folder: Path, seed: int, updates: int, flags: list
 def resume_point(checkpoints: Path) -> Path | None:
     """The newest checkpoint of a stopped run that loads whole, or None (the others are deleted): fairseq writes a
     save's first file atomically but copies it to the others (``checkpoint_last.pt`` among them), so a run stopped
-    while copying leaves one cut short."""
+    while copying leaves one cut short. torch's zip reader says so with RuntimeError or EOFError, or at some
+    lengths with OSError EINVAL; any other OSError (a file it may not read) is not a cut file and goes on."""
     for path in sorted(checkpoints.glob("*.pt"), key=lambda p: p.stat().st_mtime, reverse=True):
         try:
             torch.load(path, map_location="cpu", weights_only=False)
             return path
-        except (RuntimeError, EOFError, pickle.UnpicklingError):
+        except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as error:
+            if isinstance(error, OSError) and error.errno != errno.EINVAL:
+                raise
             path.unlink()
     return None
 
