@@ -40,11 +40,12 @@
    code that may not be unwound, and the whole process aborts ("terminate called without an active
    exception", status 134) after a finished training. At exit we tell those threads to stop after the
    batch in hand and wait for them.
-9. A clean exit after distributed training. fairseq never destroys its process group, so gloo's worker
-   threads live into interpreter shutdown; one that drops the last reference to a finished collective's
-   tensors then needs the interpreter lock, and the process aborts the same way (a rank of a finished
-   two-process run exits with SIGABRT, now and then). At exit we destroy the group while the interpreter
-   is whole, which joins those threads. (One such abort was seen since, under a loaded test suite: docs/training.md.)
+9. A clean exit after distributed training. fairseq never destroys its process groups, so gloo's worker
+   threads live into interpreter shutdown; one still freeing a finished collective (whose tensors need the
+   interpreter lock) then aborts the process the same way (a rank of a finished two-process run exits with
+   SIGABRT, now and then, on a loaded machine). Destroying the groups does not end those threads; freeing a group
+   does. At exit we destroy the groups, drop fairseq's own reference to its group of all ranks and collect the
+   trainer's reference cycles while the interpreter is whole, so the group's destructor joins its threads.
 10. Attention on GPUs whose PyTorch prefers cuDNN's (Hopper, torch 2.11). cuDNN builds an execution graph for
    every new shape of query, key and value, and fairseq's batches come in many shapes (``--max-tokens`` batches
    of every length; a decoding step's key length grows by one). On one H100 each call of cuDNN attention took
@@ -58,6 +59,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import gc
 import queue
 import sys
 import threading
@@ -218,10 +220,20 @@ class _BatchThread(iterators.BackgroundConsumer):
                 thread.join(0.01)
 
 
-def _destroy_process_group() -> None:
-    """Registered with ``atexit``: tear down the process group fairseq made (fix 9)."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+def _destroy_process_groups() -> None:
+    """Registered with ``atexit``: tear down the process groups and join their worker threads (fix 9).
+
+    ``destroy_process_group`` only unregisters a group: its gloo threads end when the group object is freed. fairseq
+    keeps its group of all ranks (every collective of a training, and the barrier after it) on
+    ``get_global_group``, and the trainer and model that also hold it are in reference cycles; so we drop that
+    reference and collect the cycles, and the group's destructor, which releases the interpreter lock, waits for
+    its threads."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    torch.distributed.destroy_process_group()
+    with contextlib.suppress(AttributeError):
+        del distributed_utils.get_global_group._global_group
+    gc.collect()
 
 
 def _cli_modules():
@@ -246,7 +258,7 @@ def apply() -> None:
     FairseqTask.get_batch_iterator = _batches_made_as_at_epoch_1(FairseqTask.get_batch_iterator)
     iterators.BackgroundConsumer = _BatchThread  # BufferedIterator looks the class up when it starts one
     atexit.register(_BatchThread.stop_all)
-    atexit.register(_destroy_process_group)
+    atexit.register(_destroy_process_groups)
     torch.backends.cuda.enable_cudnn_sdp(False)
     for name, module in _cli_modules():
         module.main = _usage_error_exits(module.main, name in _BATCH_SIZE_REQUIRED)
