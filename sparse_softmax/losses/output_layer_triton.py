@@ -118,55 +118,65 @@ def sparse_output_layer_triton(hidden: Tensor, weight: Tensor, bias: Tensor | No
 
 
 @triton.jit
+def _slice(index_ptr, scale_ptr, j0, end, BLOCK_P: tl.constexpr):
+    """Entries j0 … j0 + ``BLOCK_P`` of the (index, scale) pairs that end before ``end``: their indices (int64,
+    0 past the end), scales (0 past it) and which are taken."""
+    j = j0 + tl.arange(0, BLOCK_P)
+    taken = j < end
+    index = tl.load(index_ptr + j, mask=taken, other=0).to(tl.int64)
+    return index, tl.load(scale_ptr + j, mask=taken, other=0.0), taken
+
+
+@triton.jit
+def _gathered_sum(x_ptr, x_stride, index_ptr, scale_ptr, start, end, u, in_h, BLOCK_P: tl.constexpr,
+                  BLOCK_H: tl.constexpr):
+    """Σ scale[j]·x[index[j]] over j in [start, end) at the ``BLOCK_H`` columns u, in float32, summed in this
+    order ``BLOCK_P`` rows at a time: the gather both backward kernels are made of (all of a row's k + 1 weight
+    rows at once spilled registers from k = 64 on, 7 KB a thread on sm_90)."""
+    s = tl.zeros([BLOCK_H], tl.float32)
+    for j0 in tl.range(start, end, BLOCK_P):
+        index, scale, taken = _slice(index_ptr, scale_ptr, j0, end, BLOCK_P)
+        x = tl.load(x_ptr + index[:, None] * x_stride + u[None, :], mask=taken[:, None] & in_h[None, :],
+                    other=0.0).to(tl.float32)
+        s += tl.sum(scale[:, None] * x, axis=0)
+    return s
+
+
+@triton.jit
 def _sparse_layer_backward(classes_ptr, grad_ptr, counts_ptr, rows_ptr, h_ptr, h_stride, w_ptr, w_stride, gh_ptr,
                            gw_ptr, H, PAIRS, COUNTED: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_H: tl.constexpr,
                            ATOMIC_WEIGHT: tl.constexpr):
-    """One program: a counted row's ``BLOCK_H`` hidden units, its pairs ``BLOCK_P`` at a time (all k + 1 at once
-    would hold (k + 1) × BLOCK_H weights in registers: from k = 64 on they spilled, 7 KB a thread on sm_90); with
-    ``COUNTED`` only the row's first counts[i] of its ``PAIRS``. dL/dh[row] = Σ_j g_j W[c_j] is stored (a row is
-    counted once); with ``ATOMIC_WEIGHT``, dL/dW[c_j] += g_j h[row] is added atomically (a class recurs, across
-    rows and within one when the target is among the top k)."""
+    """One program: a counted row's ``BLOCK_H`` hidden units, its ``PAIRS`` pairs (with ``COUNTED`` only its first
+    counts[i]). dL/dh[row] = Σ_j g_j W[c_j] is stored (a row is counted once); with ``ATOMIC_WEIGHT``,
+    dL/dW[c_j] += g_j h[row] is added atomically (a class recurs, across rows and within one when the target is
+    among the top k)."""
     i = tl.program_id(0).to(tl.int64)
     u = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     in_h = u < H
     row = tl.load(rows_ptr + i)
-    count = tl.load(counts_ptr + i) if COUNTED else PAIRS
+    first = i * PAIRS
+    end = first + (tl.load(counts_ptr + i) if COUNTED else PAIRS)
+    s = _gathered_sum(w_ptr, w_stride, classes_ptr, grad_ptr, first, end, u, in_h, BLOCK_P, BLOCK_H)
+    tl.store(gh_ptr + row * H + u, s, mask=in_h)
     if ATOMIC_WEIGHT:
         h = tl.load(h_ptr + row * h_stride + u, mask=in_h, other=0.0).to(tl.float32)
-    s = tl.zeros([BLOCK_H], tl.float32)
-    for p0 in tl.range(0, count, BLOCK_P):
-        p = p0 + tl.arange(0, BLOCK_P)
-        pair = p < count
-        classes = tl.load(classes_ptr + i * PAIRS + p, mask=pair, other=0).to(tl.int64)
-        g = tl.load(grad_ptr + i * PAIRS + p, mask=pair, other=0.0)
-        both = pair[:, None] & in_h[None, :]
-        w = tl.load(w_ptr + classes[:, None] * w_stride + u[None, :], mask=both, other=0.0).to(tl.float32)
-        s += tl.sum(g[:, None] * w, axis=0)
-        if ATOMIC_WEIGHT:
-            tl.atomic_add(gw_ptr + classes[:, None] * H + u[None, :], g[:, None] * h[None, :], mask=both,
-                          sem="relaxed")
-    tl.store(gh_ptr + row * H + u, s, mask=in_h)
+        for j0 in tl.range(first, end, BLOCK_P):
+            classes, g, taken = _slice(classes_ptr, grad_ptr, j0, end, BLOCK_P)
+            tl.atomic_add(gw_ptr + classes[:, None] * H + u[None, :], g[:, None] * h[None, :],
+                          mask=taken[:, None] & in_h[None, :], sem="relaxed")
 
 
 @triton.jit
 def _sum_pieces(x_ptr, x_stride, index_ptr, scale_ptr, starts_ptr, ends_ptr, out_ptr, out_rows_ptr, part_ptr,
                 slots_ptr, H, SPLIT: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_H: tl.constexpr):
-    """One program: piece i's ``BLOCK_H`` columns, s = Σ_j scale[j]·x[index[j]] over j in [starts[i], ends[i]),
+    """One program: piece i's ``BLOCK_H`` columns, s = Σ scale[j]·x[index[j]] over j in [starts[i], ends[i]),
     summed in this order. Added to out[out_rows[i]]; or, with ``SPLIT`` and slots[i] ≥ 0 (a piece of a row
     of out split in several), stored in part[slots[i]]. A launch adds to each row of out at most once."""
     i = tl.program_id(0)
     u = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     in_h = u < H
-    start, end = tl.load(starts_ptr + i), tl.load(ends_ptr + i)
-    s = tl.zeros([BLOCK_H], tl.float32)
-    for j0 in tl.range(start, end, BLOCK_P):
-        j = j0 + tl.arange(0, BLOCK_P)
-        in_piece = j < end
-        index = tl.load(index_ptr + j, mask=in_piece, other=0).to(tl.int64)
-        scale = tl.load(scale_ptr + j, mask=in_piece, other=0.0)
-        x = tl.load(x_ptr + index[:, None] * x_stride + u[None, :], mask=in_piece[:, None] & in_h[None, :],
-                    other=0.0).to(tl.float32)
-        s += tl.sum(scale[:, None] * x, axis=0)
+    s = _gathered_sum(x_ptr, x_stride, index_ptr, scale_ptr, tl.load(starts_ptr + i), tl.load(ends_ptr + i), u,
+                      in_h, BLOCK_P, BLOCK_H)
     slot = tl.load(slots_ptr + i) if SPLIT else -1
     if slot >= 0:
         tl.store(part_ptr + slot.to(tl.int64) * H + u, s, mask=in_h)
