@@ -227,7 +227,8 @@ def _destroy_process_groups() -> None:
     keeps its group of all ranks (every collective of a training, and the barrier after it) on
     ``get_global_group``, and the trainer and model that also hold it are in reference cycles; so we drop that
     reference and collect the cycles, and the group's destructor, which releases the interpreter lock, waits for
-    its threads."""
+    its threads. The default group may outlive this (``torch.distributed.nn.functional``, once imported, holds it
+    as a default argument), but fairseq runs no collective on it after setting up on a CPU."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return
     torch.distributed.destroy_process_group()
