@@ -73,7 +73,7 @@ def spin() -> None:
 
 def status(code: int) -> str:
     """An exit status as the shell would name it: 0, 1, SIGABRT, ..."""
-    return f"{signal.Signals(-code).name}" if code < 0 else str(code)
+    return signal.Signals(-code).name if code < 0 else str(code)
 
 
 def main() -> None:
@@ -85,28 +85,29 @@ def main() -> None:
     work = args.out / "work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    failed = []
+    failed = {}  # run number: its ranks' exit statuses
     with tempfile.TemporaryDirectory() as tmp:
         data = toy_corpus(Path(tmp))
         spinners = [multiprocessing.Process(target=spin, daemon=True) for _ in range(args.busy)]
         for p in spinners:
             p.start()
         try:
-            for run in range(1, args.runs + 1):
-                folder = work / f"run{run}"
+            for number in range(1, args.runs + 1):
+                folder = work / f"run{number}"
                 folder.mkdir()
                 codes = train_two_ranks(data, folder)
-                shutil.rmtree(folder / "checkpoints", ignore_errors=True)
-                print(f"run {run}/{args.runs}: ranks exit {' '.join(map(status, codes))}", flush=True)
+                statuses = " ".join(map(status, codes))
+                print(f"run {number}/{args.runs}: ranks exit {statuses}", flush=True)
                 if codes == [0, 0]:
                     shutil.rmtree(folder)
                 else:
-                    failed.append(f"run {run}: {' '.join(map(status, codes))}")
+                    shutil.rmtree(folder / "checkpoints", ignore_errors=True)  # the ranks' output stays
+                    failed[number] = statuses
         finally:
             for p in spinners:
                 p.terminate()
     summary = f"{len(failed)} of {args.runs} runs had a rank that did not exit 0" + "".join(
-        f"\n- {line} (output in work/{line.split(':')[0].replace(' ', '')})" for line in failed)
+        f"\n- run {number}: {statuses} (output in work/run{number})" for number, statuses in failed.items())
     command = f"python benchmarks/distributed_exit.py --runs {args.runs} --busy {args.busy}"
     machine = f"{device_name('cpu')}, {os.cpu_count()} cores; torch {torch.__version__}, Python {sys.version.split()[0]}"
     (args.out / "results.md").write_text(f"# Two-rank fairseq-train, exit statuses\n\n    {command}\n\n"
