@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Gigaword headline generation → text splits, test references and a fairseq data-bin.
+r"""Gigaword headline generation → text splits, test references and a fairseq data-bin.
 
 Input, auto-detected (or ``--input-format``):
 
@@ -7,6 +7,10 @@ Input, auto-detected (or ``--input-format``):
   ``valid.title.filter.txt`` (in INPUT or INPUT/train), test ``Giga/input.txt`` / ``Giga/task1_ref0.txt``
   (INPUT/Giga or beside INPUT): 3.8M / 189k / 1,951 pairs;
 * UniLM: ``{train,dev,test}.{src,tgt}.txt`` (in INPUT or INPUT/org_data), the same text.
+
+A release without a validation split (a sample of the training pairs and the test set, as Gigaword-10k is
+often shared) takes ``--valid-from-train N``: the last N training pairs (of the first ``--train-subset``
+when given) become the valid split, the others the train split, and both are counted.
 
 Output in OUT: ``{train,valid,test}.{src,tgt}`` (whitespace-normalised text), ``test.ref`` (the test
 references exactly as read, for ``scripts/score_summaries.py --refs``), ``spm.model`` + ``dict.txt``,
@@ -27,12 +31,15 @@ positions leave (counted; ``test.ref`` keeps the references whole).
     python data-prep/prepare_gigaword.py org_data/ data/giga10k --train-subset 10000
     python data-prep/prepare_gigaword.py org_data/ data/giga10k-minilm --train-subset 10000 \
         --hf-tokenizer models/all-MiniLM-L6-v2
+    python data-prep/prepare_gigaword.py gigaword-10k/ data/giga10k --valid-from-train 500
 """
 from __future__ import annotations
 
 import argparse
 import functools
+from collections import deque
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from tqdm import tqdm
 
@@ -81,24 +88,54 @@ def clean(text: str, unk_token: str, counts: SplitCounts) -> str:
     return text
 
 
-def prepare_split(split: str, src: Path, tgt: Path, out: Path, args: argparse.Namespace) -> SplitCounts:
+def all_but_last(items: Iterable, n: int, last: deque) -> Iterator:
+    """Every item of ``items`` but the last ``n``, which are left in ``last``; streamed, so the items need not fit
+    in memory and the number of items need not be known."""
+    for item in items:
+        last.append(item)
+        if len(last) > n:
+            yield last.popleft()
+
+
+def prepare_split(split: str, src: Path, tgt: Path, out: Path, args: argparse.Namespace) -> dict[str, SplitCounts]:
+    """Write one split's text files from its (source, target) files; the train split also writes the valid split
+    with ``--valid-from-train``. Returns each written split's counts."""
     counts = SplitCounts(source=f"{src} and {tgt}")
     limit = args.train_subset if split == "train" else None
-    references = out / "test.ref" if split == "test" else None
-    with PairWriter(out / split, counts, references=references) as writer:
+    hold_out = args.valid_from_train if split == "train" else None
+
+    def examples() -> Iterator[tuple[str, str, str]]:
+        """(source, target, reference as read) of every usable pair, up to ``limit``."""
         pairs = read_parallel(src, tgt, counts, skip_invalid=args.skip_invalid)
-        for raw_source, raw_target in tqdm(pairs, desc=split, unit=" pairs", total=limit, disable=None,
-                                           mininterval=1):
+        for taken, (raw_source, raw_target) in enumerate(tqdm(pairs, desc=split, unit=" pairs", total=limit,
+                                                              disable=None, mininterval=1), 1):
             source = truncate(clean(raw_source, args.unk_token, counts), args.max_source_tokens, counts, "source")
             target = clean(raw_target, args.unk_token, counts)
             if split != "test" and args.hf_tokenizer is None:  # with it: in its tokens, every split, when binarised
                 target = truncate(target, args.max_target_tokens, counts, "target")
-            writer.write(source, target, reference=raw_target)
-            if limit is not None and counts.written == limit:
-                break
-    if limit is not None and counts.written < limit:
-        raise PrepError(f"--train-subset {limit}: {src} has only {counts.written} usable pairs")
-    return counts
+            yield source, target, raw_target
+            if taken == limit:
+                return
+
+    held: deque = deque()
+    written = {split: counts}
+    with PairWriter(out / split, counts, references=out / "test.ref" if split == "test" else None) as writer:
+        for source, target, reference in all_but_last(examples(), hold_out or 0, held):
+            writer.write(source, target, reference=reference)
+    taken = counts.written + len(held)
+    if limit is not None and taken < limit:
+        raise PrepError(f"--train-subset {limit}: {src} has only {taken} usable pairs")
+    if hold_out:
+        if counts.written == 0:
+            raise PrepError(f"--valid-from-train {hold_out}: {src} has only {taken} usable pairs, and the train "
+                            "split needs some")
+        counts.moved[f"held out as the valid split (--valid-from-train {hold_out})"] = len(held)
+        valid = written["valid"] = SplitCounts(source=f"the last {len(held)} pairs of {src} and {tgt}",
+                                               read=len(held))
+        with PairWriter(out / "valid", valid) as writer:
+            for source, target, _ in held:
+                writer.write(source, target)
+    return written
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -109,6 +146,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="the layout of INPUT (default: %(default)s = whichever is found)")
     parser.add_argument("--train-subset", type=int, metavar="N",
                         help="keep the first N training pairs (10000 = UniLM's Gigaword-10k train.*.10k)")
+    parser.add_argument("--valid-from-train", type=int, metavar="N",
+                        help="make the valid split of the last N training pairs (after --train-subset), for a "
+                        "release without one; the train split keeps the others")
     parser.add_argument("--max-source-tokens", type=int, metavar="N",
                         help="truncate articles to N whitespace tokens (every split; counted)")
     parser.add_argument("--max-target-tokens", type=int, metavar="N",
@@ -123,16 +163,20 @@ def main(argv: list[str] | None = None) -> None:
     hf_tokenizer.check_options(parser, args)
     if args.hf_tokenizer is not None:
         args.max_target_tokens = hf_tokenizer.max_target_tokens(args)
-    for name in ("train_subset", "max_source_tokens", "max_target_tokens"):
+    for name in ("train_subset", "valid_from_train", "max_source_tokens", "max_target_tokens"):
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')}: expected a positive number, got {value}")
     with script.output_folder(parser, args) as out:
         fmt, files = find_files(args.input, args.input_format)
+        if args.valid_from_train:
+            del files["valid"]
         for split, (src, tgt) in files.items():
             require_file(src, f"{fmt} {split} source")
             require_file(tgt, f"{fmt} {split} target")
-        counts = {split: prepare_split(split, src, tgt, out, args) for split, (src, tgt) in files.items()}
+        counts: dict[str, SplitCounts] = {}
+        for split, (src, tgt) in files.items():
+            counts.update(prepare_split(split, src, tgt, out, args))
         script.finish(args, out, counts, {"input": args.input, "input_format": fmt},
                       binarizer=functools.partial(binarize.binarize, hf_tokenizer=args.hf_tokenizer,
                                                   max_target_tokens=args.max_target_tokens))

@@ -19,6 +19,7 @@ GIGA_HARVARD = FIXTURES / "gigaword_harvard"
 GIGA_UNILM = FIXTURES / "gigaword_unilm"
 SQUAD = ("--train-json", FIXTURES / "squad_train.json", "--dev-json", FIXTURES / "squad_dev.json")
 DU2017 = SHARED_DATA / "squad_qg_du2017"
+GIGA10K = SHARED_DATA / "gigaword"
 
 
 def prep(script: str, *args, check: bool = True) -> subprocess.CompletedProcess:
@@ -84,6 +85,47 @@ def test_gigaword_subset_and_truncation(tmp_path):
     assert edited["source truncated to 12 tokens"] == 10
     assert edited["target truncated to 4 tokens"] == sum(len(t.split()) > 4 for t in titles)
     assert not (tmp_path / "data-bin").exists()
+
+
+def test_gigaword_valid_split_held_out_of_train(tmp_path):
+    root = tmp_path / "in"
+    shutil.copytree(GIGA_HARVARD, root)
+    for name in ("valid.article.filter.txt", "valid.title.filter.txt"):
+        (root / "train" / name).unlink()  # a release without a valid split
+    prep("prepare_gigaword.py", root, tmp_path / "out", "--train-subset", "10", "--valid-from-train", "3",
+         "--text-only")
+    articles = [a.replace("<unk>", "UNK") for a in lines(GIGA_HARVARD / "train" / "train.article.txt")]
+    titles = lines(GIGA_HARVARD / "train" / "train.title.txt")
+    assert lines(tmp_path / "out" / "train.src") == articles[:7] and lines(tmp_path / "out" / "train.tgt") == titles[:7]
+    assert lines(tmp_path / "out" / "valid.src") == articles[7:10] and lines(tmp_path / "out" / "valid.tgt") == titles[7:10]
+    splits = summary(tmp_path / "out")["splits"]
+    assert {s: (c["read"], c["written"]) for s, c in splits.items()} == {
+        "train": (10, 7), "valid": (3, 3), "test": (5, 5)}
+    assert splits["train"]["moved"] == {"held out as the valid split (--valid-from-train 3)": 3}
+    proc = prep("prepare_gigaword.py", root, tmp_path / "out2", "--train-subset", "4", "--valid-from-train", "4",
+                "--text-only", check=False)
+    assert proc.returncode == 2 and "--valid-from-train 4: " in proc.stderr and "Traceback" not in proc.stderr
+    proc = prep("prepare_gigaword.py", root, tmp_path / "out3", "--text-only", check=False)
+    assert proc.returncode == 2 and "valid.article.filter.txt: no such file" in proc.stderr, proc.stderr
+
+
+def test_gigaword_help_keeps_its_examples_lines():
+    text = prep("prepare_gigaword.py", "--help").stdout
+    assert "--train-subset 10000 \\\n        --hf-tokenizer models/all-MiniLM-L6-v2" in text
+
+
+def test_gigaword_10k_real_data_counts(tmp_path):
+    """The shared Gigaword-10k files as the summarization experiment prepares them: 10,000 pairs in, 9,500 train
+    and 500 valid out, the 1,951 test pairs with their references exactly as given."""
+    if not GIGA10K.is_dir():
+        pytest.skip(f"real data: {GIGA10K} is not present on this machine")
+    prep("prepare_gigaword.py", GIGA10K, tmp_path, "--valid-from-train", "500", "--text-only")
+    splits = summary(tmp_path)["splits"]
+    assert {s: (c["read"], c["written"]) for s, c in splits.items()} == {
+        "train": (10000, 9500), "valid": (500, 500), "test": (1951, 1951)}
+    assert sum(splits["train"]["skipped"].values()) == 0 and splits["test"]["skipped"] == {}
+    assert lines(tmp_path / "test.ref") == lines(GIGA10K / "Giga" / "task1_ref0.txt")
+    assert lines(tmp_path / "valid.tgt") == lines(GIGA10K / "train" / "train.title.txt")[-500:]
 
 
 def copy_giga(tmp_path: Path) -> Path:

@@ -36,12 +36,13 @@ class InvalidExample(PrepError):
 
 @dataclass
 class SplitCounts:
-    """What went into one split and what came out; skips and edits by reason."""
+    """What went into one split and what came out; skips, edits and examples moved to another split, by reason."""
 
     read: int = 0
     written: int = 0
     skipped: Counter = field(default_factory=Counter)
     edited: Counter = field(default_factory=Counter)
+    moved: Counter = field(default_factory=Counter)
     source: str = ""  # where the split's examples come from, for messages
 
     def skip_or_raise(self, error: InvalidExample, skip_invalid: bool) -> None:
@@ -53,11 +54,13 @@ class SplitCounts:
     def summary(self, name: str) -> str:
         parts = [f"{name}: {self.read} in, {self.written} out"]
         parts += [f"skipped {n} ({why})" for why, n in sorted(self.skipped.items())]
+        parts += [f"{n} {why}" for why, n in sorted(self.moved.items())]
         parts += [f"{why}: {n}" for why, n in sorted(self.edited.items())]
         return "; ".join(parts)
 
     def as_dict(self) -> dict:
-        return {"read": self.read, "written": self.written, "skipped": dict(self.skipped), "edited": dict(self.edited)}
+        return {"read": self.read, "written": self.written, "skipped": dict(self.skipped), "edited": dict(self.edited),
+                "moved": dict(self.moved)}
 
 
 def require_file(path: Path, what: str) -> Path:
