@@ -38,14 +38,12 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 import sys
 from collections import Counter
 from pathlib import Path
 
-import qg_runs
-from measure import BIN, ROOT, run, transformer_size
-from sparse_softmax.scoring.inputs import parse_fairseq_output
+import generation_runs
+from measure import ROOT, run, transformer_size
 
 DEFAULT_DU_DIR = ROOT.parent / "shared" / "data" / "squad_qg_du2017"
 DU_FILES = ["src-dev.txt", "tgt-dev.txt", "src-test.txt", "tgt-test.txt"]
@@ -54,8 +52,8 @@ DU_FILES = ["src-dev.txt", "tgt-dev.txt", "src-test.txt", "tgt-test.txt"]
 #: log2 k = 6.64 and 9.97 bits on its loss, which cross-entropy's model beats from update 60 on (at a smaller scale
 #: of its logits for 100; benchmarks/sparse_collapse.py --k), so the model has a ranking to sharpen, not a flat
 #: minimum to fall into
-METHODS = {**qg_runs.METHODS,
-           "sparse_softmax_warmup": [*qg_runs.METHODS["sparse_softmax"], "--sparse-warmup-ratio", "0.3"],
+METHODS = {**generation_runs.METHODS,
+           "sparse_softmax_warmup": [*generation_runs.METHODS["sparse_softmax"], "--sparse-warmup-ratio", "0.3"],
            **{f"sparse_softmax_k{k}": ["--criterion", "sparse_softmax", "--sparse-topk", str(k)] for k in (100, 1000)}}
 DECODINGS = {
     "beam 1": ["--beam", "1"],
@@ -150,17 +148,13 @@ def decode(args, data: Path, checkpoint: Path, decoding: str, folder: Path) -> P
     flags = DECODINGS[decoding]
     if "--source-vocab-mask" in flags and args.allowed:
         flags = [*flags, "--source-vocab-allow", " ".join(args.allowed)]
-    output = run([BIN / "fairseq-generate", data, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq",
-                  "--path", checkpoint, "--gen-subset", "test", *flags, "--batch-size", "128",
-                  "--max-len-b", "50", "--post-process", "sentencepiece",
-                  *(["--cpu"] if "--cpu" in SCALES[args.scale]["device"] else [])])
-    hypotheses = parse_fairseq_output("fairseq-generate", output.splitlines()).hypotheses
     sentences = (args.out / "work" / "split" / "src-test.txt").read_text(encoding="utf-8").splitlines()
-    if len(hypotheses) != len(sentences):
-        sys.exit(f"fairseq-generate gave {len(hypotheses)} hypotheses for {len(sentences)} test sentences")
+    hypotheses = generation_runs.generate(data, checkpoint, [
+        *flags, "--batch-size", "128", "--max-len-b", "50", "--post-process", "sentencepiece",
+        *(["--cpu"] if "--cpu" in SCALES[args.scale]["device"] else [])], len(sentences))
     question = dict(zip(sentences, hypotheses))
     examples = (args.du2017_dir / "src-test.txt").read_text(encoding="utf-8").splitlines()
-    predictions = folder / f"pred-{re.sub(r'[^a-z0-9]+', '-', decoding)}.txt"
+    predictions = generation_runs.prediction_file(folder, decoding)
     predictions.write_text("".join(question[s] + "\n" for s in examples), encoding="utf-8")
     return predictions
 
@@ -175,16 +169,21 @@ def train_flags(args, loss: list) -> list:
 
 
 def train_and_test(args, data: Path, method: str, seed: int) -> dict:
-    """One run (its record cached in its folder, see qg_runs.record) and its valid nll curve."""
+    """One run (its record cached in its folder, see generation_runs.record) and its valid nll curve."""
     updates = args.updates or SCALES[args.scale]["updates"]
 
     def train(folder: Path) -> None:
-        qg_runs.fairseq_train(data, folder, seed, updates, train_flags(args, METHODS[method]), log_interval=10)
+        generation_runs.fairseq_train(data, folder, seed, updates, train_flags(args, METHODS[method]),
+                                      log_interval=10)
 
-    return qg_runs.record(qg_runs.run_folder(args.out, method, seed), method, METHODS[method], seed, train,
-                          lambda checkpoint, decoding, folder: decode(args, data, checkpoint, decoding, folder),
-                          list(DECODINGS), args.du2017_dir / "tgt-test.txt", args.du2017_dir / "src-test.txt",
-                          args.fresh)
+    return generation_runs.record(
+        generation_runs.run_folder(args.out, method, seed), method, METHODS[method], seed, train,
+        lambda checkpoint, decoding, folder: decode(args, data, checkpoint, decoding, folder), list(DECODINGS),
+        scoring(args), args.fresh)
+
+
+def scoring(args) -> generation_runs.Scoring:
+    return generation_runs.question_scoring(args.du2017_dir / "tgt-test.txt", args.du2017_dir / "src-test.txt")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -206,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--question-pieces", type=int, default=50,
                         help="the source mask also allows this many of the training questions' most frequent "
                         "pieces (0: the sentence's pieces only)")
-    qg_runs.add_run_options(parser, METHODS)
+    generation_runs.add_run_options(parser, METHODS)
     return parser
 
 
@@ -231,11 +230,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--valid-fraction: expected a number between 0 and 1, got {args.valid_fraction}")
     data = checked_data(parser, args)
     args.allowed = question_pieces(data, args.question_pieces)
-    results = qg_runs.collect(args.out, {m: METHODS[m] for m in args.methods}, args.seeds,
-                              lambda m, s: train_and_test(args, data, m, s), args.table_only)
+    results = generation_runs.collect(args.out, {m: METHODS[m] for m in args.methods}, args.seeds,
+                                      lambda m, s: train_and_test(args, data, m, s), args.table_only)
     command = "python benchmarks/qg_experiment.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    qg_runs.write(args.out, command, results, list(DECODINGS), "grouped",
-                  coverage_text(data, args.allowed) + "\n")
+    generation_runs.write(args.out, command, results, list(DECODINGS), scoring(args), "grouped",
+                          coverage_text(data, args.allowed) + "\n")
 
 if __name__ == "__main__":
     main()

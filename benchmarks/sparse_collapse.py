@@ -33,7 +33,7 @@ import torch
 from tqdm import tqdm
 
 import qg_experiment
-import qg_runs
+import generation_runs
 from measure import ROOT, pyplot
 from sparse_softmax.losses import scale_profile
 from sparse_softmax.schedules import warmup_end
@@ -95,16 +95,16 @@ def run_and_probe(args, qg_args, data: Path, name: str, flags: list, warmup: flo
     record = folder / "probe.json"
     updates = qg_args.updates or qg_experiment.SCALES[qg_args.scale]["updates"]
     if args.fresh or not record.exists():
-        qg_runs.delete_weights(folder)
+        generation_runs.delete_weights(folder)
         (folder / "train.log").unlink(missing_ok=True)  # from the start: the probes need every checkpoint
         folder.mkdir(parents=True, exist_ok=True)
-        qg_runs.fairseq_train(data, folder, args.seed, updates, qg_experiment.train_flags(qg_args, flags),
-                              log_interval=10, keep_all=True)
+        generation_runs.fairseq_train(data, folder, args.seed, updates, qg_experiment.train_flags(qg_args, flags),
+                                      log_interval=10, keep_all=True)
         probes = [{"update": update, **probe(path, data, args.k, int(qg_args.max_tokens))}
                   for update, path in checkpoints(folder / "checkpoints")]
         record.write_text(json.dumps({"flags": [str(f) for f in flags], "probes": probes}, indent=1),
                           encoding="utf-8")
-        qg_runs.delete_weights(folder)
+        generation_runs.delete_weights(folder)
     return {"name": name, "probes": json.loads(record.read_text(encoding="utf-8"))["probes"],
             "switch": warmup_end(warmup, updates) if warmup else None}  # how many updates train softmax
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import qg_experiment  # benchmarks/ (pyproject.toml's pytest pythonpath)
-import qg_runs
+import generation_runs
 from conftest import ROOT, run_script
 from sparse_softmax.scoring import bleu
 
@@ -144,8 +144,8 @@ def test_training_seconds_add_up_the_parts_of_a_resumed_run():
            "2026-01-01 12:00:00 | INFO | fairseq_cli.train | {'_name': None}\n"
            '2026-01-01 12:00:30 | INFO | train_inner | {"wall": "0"}\n'
            "2026-01-01 12:01:00 | INFO | fairseq_cli.train | done training in 59.8 seconds\n")
-    assert qg_runs.training_seconds(log) == 100 + 60
-    assert qg_runs.training_seconds(log.split("Traceback")[0]) == 100 and qg_runs.training_seconds("") == 0
+    assert generation_runs.training_seconds(log) == 100 + 60
+    assert generation_runs.training_seconds(log.split("Traceback")[0]) == 100 and generation_runs.training_seconds("") == 0
 
 
 def test_a_stopped_run_goes_on_from_its_last_checkpoint_to_the_same_result(experiment, tmp_path):
@@ -183,11 +183,11 @@ def test_resume_point_is_the_newest_checkpoint_that_loads(tmp_path):
     for path in (older, newer):
         torch.save({"model": torch.ones(3)}, path)
         time.sleep(0.02)  # distinct modification times
-    assert qg_runs.resume_point(tmp_path) == newer
+    assert generation_runs.resume_point(tmp_path) == newer
     newer.write_bytes(newer.read_bytes()[:100])  # a copy stopped half-way
-    assert qg_runs.resume_point(tmp_path) == older and not newer.exists()
+    assert generation_runs.resume_point(tmp_path) == older and not newer.exists()
     older.write_bytes(b"")
-    assert qg_runs.resume_point(tmp_path) is None and not older.exists()
+    assert generation_runs.resume_point(tmp_path) is None and not older.exists()
 
 
 def test_a_checkpoint_cut_short_anywhere_is_passed_over(tmp_path):
@@ -199,7 +199,7 @@ def test_a_checkpoint_cut_short_anywhere_is_passed_over(tmp_path):
     data = whole.read_bytes()
     for length in range(0, len(data), 997):
         cut.write_bytes(data[:length])
-        assert qg_runs.resume_point(tmp_path) == whole and not cut.exists(), f"cut at {length} of {len(data)} bytes"
+        assert generation_runs.resume_point(tmp_path) == whole and not cut.exists(), f"cut at {length} of {len(data)} bytes"
 
 
 def test_a_record_made_with_other_method_flags_is_found_out(experiment):
@@ -207,10 +207,10 @@ def test_a_record_made_with_other_method_flags_is_found_out(experiment):
     _, out = experiment
     log = (out / "work" / "as_softmax-seed1" / "train.log").read_text()
     flags = qg_experiment.METHODS["as_softmax"]
-    assert qg_runs.contradicted(log, flags) == []
+    assert generation_runs.contradicted(log, flags) == []
     changed = [*flags[:-1], "0.25"]
-    assert qg_runs.contradicted(log, changed) == [f"{flags[-2]} 0.25"]
-    assert qg_runs.contradicted(log, ["--criterion", "sparse_softmax", *flags[2:]]) == ["--criterion sparse_softmax"]
+    assert generation_runs.contradicted(log, changed) == [f"{flags[-2]} 0.25"]
+    assert generation_runs.contradicted(log, ["--criterion", "sparse_softmax", *flags[2:]]) == ["--criterion sparse_softmax"]
 
 
 def test_a_run_made_again_for_changed_flags_starts_a_new_log(tmp_path):
@@ -241,11 +241,11 @@ def test_a_run_made_again_for_changed_flags_starts_a_new_log(tmp_path):
         return into / "pred.txt"
 
     flags = ["--criterion", "as_softmax", "--as-delta", "0.3", "--as-warmup-ratio", "0.1"]
-    args = (decode, ["beam 1"], references, sources)
-    qg_runs.record(folder, "as_softmax", flags[:4] + ["--as-warmup-ratio", "0.3"], 1, train_with(0.3), *args)
-    again = qg_runs.record(folder, "as_softmax", flags, 1, train_with(0.1), *args)
+    args = (decode, ["beam 1"], generation_runs.question_scoring(references, sources))
+    generation_runs.record(folder, "as_softmax", flags[:4] + ["--as-warmup-ratio", "0.3"], 1, train_with(0.3), *args)
+    again = generation_runs.record(folder, "as_softmax", flags, 1, train_with(0.1), *args)
     log = (folder / "train.log").read_text()
-    assert runs == [0.3, 0.1] and log.count("fairseq_cli.train") == 1 and qg_runs.contradicted(log, flags) == []
+    assert runs == [0.3, 0.1] and log.count("fairseq_cli.train") == 1 and generation_runs.contradicted(log, flags) == []
     assert again["valid"] == [{"update": 10, "nll": 4.1}] and again["wall"] == 1
-    qg_runs.record(folder, "as_softmax", flags, 1, train_with(0.1), *args)
+    generation_runs.record(folder, "as_softmax", flags, 1, train_with(0.1), *args)
     assert runs == [0.3, 0.1], "a record made with the method's flags is read, not run again"
