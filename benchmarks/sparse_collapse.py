@@ -35,7 +35,7 @@ from tqdm import tqdm
 import qg_experiment
 import generation_runs
 from measure import ROOT, pyplot
-from sparse_softmax.losses import scale_profile
+from sparse_softmax.diagnostics import scale_profile
 from sparse_softmax.schedules import warmup_end
 
 #: Logit scales the loss is probed at (1 is the model as it is).

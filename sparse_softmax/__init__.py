@@ -3,8 +3,9 @@
 The core needs neither fairseq nor Hugging Face: the losses (``losses``: each takes logits and targets;
 ``fused_output_loss`` takes the output layer's features and weight instead of the logits), the decoding masks
 of the papers' top-k renormalised beam search (``decoding``), the training schedules (``schedules``: the
-warm-ups, AS's δ annealing, AS-Speed's step rule), the classification metrics (``metrics``) and the papers'
-text scorers (``scoring``: BLEU, ROUGE, the PTB tokenizer). Importing it imports nothing else and patches
+warm-ups, AS's δ annealing, AS-Speed's step rule), the classification metrics (``metrics``), the papers'
+text scorers (``scoring``: BLEU, ROUGE, the PTB tokenizer) and what tells whether a Sparse-softmax run is
+collapsing (``diagnostics``). Importing it imports nothing else and patches
 nothing. Two front doors use it: ``user_dir``, the fairseq plugin, and ``sparse_softmax.hf``, the Hugging Face
 adapters.
 

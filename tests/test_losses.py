@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from sparse_softmax import diagnostics as D
 from sparse_softmax import losses as L
 
 IGNORE = 1  # fairseq's padding index: also a legal class, so ignoring must not depend on its value
@@ -131,7 +132,7 @@ def test_scale_profile_is_the_loss_of_scaled_logits():
     t[3] = IGNORE
     t[7] = z[7].argmax()  # one target that is the argmax (rank 0)
     k, scales = 4, torch.tensor([0.0, 1e-6, 0.5, 1.0, 2.5], dtype=torch.float64)
-    got = L.scale_profile(z, t, k, scales, ignore_index=IGNORE)
+    got = D.scale_profile(z, t, k, scales, ignore_index=IGNORE)
     valid = t != IGNORE
     for j, s in enumerate(scales.tolist()):
         expect = L.sparse_softmax_loss(s * z, t, k, ignore_index=IGNORE, reduction="none")[valid]
@@ -139,17 +140,17 @@ def test_scale_profile_is_the_loss_of_scaled_logits():
     torch.testing.assert_close(got.flat_slope, (got.loss[:, 1] - got.loss[:, 0]) / 1e-6, rtol=1e-4, atol=1e-4)
     ranks = [sum(x > z[i, t[i]].item() for x in z[i].tolist()) for i in range(len(t)) if valid[i]]
     assert got.rank.tolist() == ranks and 0 in ranks
-    torch.testing.assert_close(L.flat_slope(z, t, k, ignore_index=IGNORE), got.flat_slope, rtol=0, atol=0)
+    torch.testing.assert_close(D.flat_slope(z, t, k, ignore_index=IGNORE), got.flat_slope, rtol=0, atol=0)
 
 
 def test_handover_warning_when_flat_logits_beat_the_model():
     """Silent for a model that scores below log k on the Sparse-softmax loss; for one above it, a line with its
     loss in bits and its flat slope, each checked against the explicit-loop reference."""
     z = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]], dtype=torch.float64).repeat(3, 1)
-    assert L.handover_warning(z, torch.tensor([0, 0, 1]), 3, update=7) is None
-    assert L.handover_warning(torch.zeros(2, 5, dtype=torch.float64), torch.tensor([0, 4]), 3, update=7) is None, "flat"
+    assert D.handover_warning(z, torch.tensor([0, 0, 1]), 3, update=7) is None
+    assert D.handover_warning(torch.zeros(2, 5, dtype=torch.float64), torch.tensor([0, 4]), 3, update=7) is None, "flat"
     target = torch.tensor([4, 3, 0])
-    message = L.handover_warning(z, target, 3, update=7)
+    message = D.handover_warning(z, target, 3, update=7)
     bits = sum(ref_sparse_row(z[i], int(target[i]), 3) for i in range(3)) / 3 / math.log(2)
     slope = ((3.0 - 0.0) + (3.0 - 1.0) + (3.0 - 4.0)) / 3
     assert bits > math.log2(3)
@@ -162,7 +163,7 @@ def test_scale_profile_flat_slope_sign_tells_where_the_loss_is_lowest():
     outside the top k (slope > 0): it only rises from log k."""
     z = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]], dtype=torch.float64).repeat(2, 1)
     scales = torch.linspace(0, 3, 31, dtype=torch.float64)
-    got = L.scale_profile(z, torch.tensor([0, 4]), 3, scales)
+    got = D.scale_profile(z, torch.tensor([0, 4]), 3, scales)
     assert got.flat_slope.tolist() == [-1.0, 3.0]
     assert got.loss[0].min() < math.log(3) - 0.5 and bool((got.loss[1] >= math.log(3)).all())
 

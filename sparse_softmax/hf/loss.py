@@ -18,7 +18,7 @@ over the rows. For the multi-label losses an item is a row, not one of its C lab
 The schedules (``warmup_ratio``, ``anneal_ratio``) need the update count, which ``LossScheduleCallback``
 (``sparse_softmax.hf.callbacks``) gives the loss. The AS losses also count the training rows they see and mask
 (``totals``), which that callback logs and ``ASSpeedCallback`` steers by; sparse_softmax adds up the flat slope of
-a sample of its rows there (``sparse_softmax.losses.flat_slope``: positive while the run collapses), which the
+a sample of its rows there (``sparse_softmax.diagnostics.flat_slope``: positive while the run collapses), which the
 callback logs too. Rows seen without gradients (evaluation) do not count.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from .. import losses
-from ..losses import flat_slope, handover_warning, slope_rows
+from ..diagnostics import flat_slope, handover_warning, slope_rows
 from ..schedules import as_delta, check_as_schedule, in_warmup, warmup_end
 
 logger = logging.getLogger(__name__)
@@ -157,7 +157,7 @@ class TrainerLoss:
 
     @torch.no_grad()
     def _watch_sparse(self, logits: Tensor, target: Tensor, k: int) -> None:
-        """Adds the flat slope of a sample of the rows (``sparse_softmax.losses.flat_slope``), in the warm-up too:
+        """Adds the flat slope of a sample of the rows (``sparse_softmax.diagnostics.flat_slope``), in the warm-up too:
         positive while flat logits beat the model's on the Sparse-softmax loss, where a run collapses; on the
         first update after the warm-up, warns if flat logits beat the model (``handover_warning``)."""
         rows = slope_rows(target, self.ignore_index)

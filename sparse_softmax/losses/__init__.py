@@ -10,27 +10,21 @@ from .as_softmax import as_softmax, as_softmax_loss
 from .multilabel import as_multilabel_loss, as_multilabel_masks, multilabel_categorical_crossentropy
 from .softmax_variants import am_softmax_loss, soft_margin_softmax_loss, softmax_loss, temperature_softmax_loss
 from .output_layer import fused_output_loss
-from .sparse_softmax import (ScaleProfile, flat_slope, handover_warning, scale_profile, slope_rows,
-                             sparse_softmax_loss)
+from .sparse_softmax import sparse_softmax_loss
 from .sparsemax import entmax15_loss, sparsemax_loss
 from .taylor import sm_taylor_softmax_loss, taylor_expansion, taylor_softmax_loss
 
 __all__ = [
     "LossResult",
-    "ScaleProfile",
     "am_softmax_loss",
     "as_multilabel_loss",
     "as_multilabel_masks",
     "as_softmax",
     "as_softmax_loss",
     "entmax15_loss",
-    "flat_slope",
     "fused_output_loss",
-    "handover_warning",
     "multilabel_categorical_crossentropy",
-    "scale_profile",
     "soft_margin_softmax_loss",
-    "slope_rows",
     "sm_taylor_softmax_loss",
     "softmax_loss",
     "sparse_softmax_loss",

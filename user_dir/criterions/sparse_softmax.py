@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from fairseq.criterions import register_criterion
 from omegaconf import II
 
-from sparse_softmax.losses import flat_slope, handover_warning, slope_rows, softmax_loss, sparse_softmax_loss
+from sparse_softmax.diagnostics import flat_slope, handover_warning, slope_rows
+from sparse_softmax.losses import softmax_loss, sparse_softmax_loss
 from sparse_softmax.schedules import in_warmup, warmup_end
 
 from ..fairseq_compat import num_updates
@@ -93,7 +94,7 @@ def slope_sample(batch) -> tuple[torch.Tensor, torch.Tensor]:
     """The logits and targets of up to 256 evenly spaced counted rows of the batch (``slope_rows``), detached.
 
     On them the criterion logs ``flat_slope``, ``mean(topk(z)) - z_t``: the derivative of the Sparse-softmax loss
-    in a common scale of the logits as that scale goes to 0 (``sparse_softmax.losses.flat_slope``). While it is
+    in a common scale of the logits as that scale goes to 0 (``sparse_softmax.diagnostics.flat_slope``). While it is
     positive on average, flat logits score ``log k``, lower than the model's own, and training on lowers the loss
     by flattening them: a run that collapses shows it positive while its loss falls to about log2 k bits. Logged
     in the softmax warm-up too, it tells when the model ranks its targets high enough for the top k to take over
