@@ -6,9 +6,9 @@ registers and spills as ``ptxas`` reports them, with how many of its programs an
 
 Each kernel is compiled with the arguments its own launch function passes it, captured instead of launched (bf16
 inputs, the modules' default settings, and each alternative a module switches between: the row kernel's two sweeps,
-the AS kernel with δ < 1 and δ = 1 and with its pairs, the on-chip layer, its backward with the weight's gradient
-by atomic adds or by sorting and with a count of pairs a row, and the sorted sum's two launches; the row kernel and
-the backward also at the largest k they take, which asks for the most registers). ``--tuning`` adds the settings
+the AS kernel with δ < 1 and δ = 1 and with its pairs, the sparse layer's backward with the weight's gradient by
+atomic adds or by sorting (deterministic algorithms) and with a count of pairs a row, and the sorted sum's two
+launches; the row kernel and the backward also at the largest k they take, which asks for the most registers). ``--tuning`` adds the settings
 benchmarks/kernel_tuning.py times. Needs a Triton with its NVIDIA backend (its wheels bring ``ptxas``); exits 1 if
 a kernel does not compile.
 
@@ -34,7 +34,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from sparse_softmax.losses import as_softmax_triton, output_layer_triton, sparse_softmax_triton
-from measure import settings
+from measure import deterministic_algorithms, settings
 
 TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int64: "i64",
          torch.int32: "i32", torch.bool: "i1"}
@@ -112,9 +112,6 @@ def launches(tuning: bool) -> dict[str, tuple]:
     def row_kernel(top: int = k):
         return row.sparse_softmax_chunk_triton(z, target, top, 0.1, True)
 
-    def on_chip():
-        return layer.sparse_output_layer_triton(hidden, weight, None, rows, target, k, 0.0, True)
-
     def pairs(top: int = k) -> tuple[torch.Tensor, torch.Tensor]:
         """k + 1 gradient pairs a row, of three classes: more pairs a class than a small PIECE."""
         return torch.randint(0, 3, (n, top + 1), generator=g), torch.randn(n, top + 1, generator=g)
@@ -123,6 +120,10 @@ def launches(tuning: bool) -> dict[str, tuple]:
         counts = torch.randint(1, top + 2, (n,), generator=g, dtype=torch.int32) if counted else None
         layer.sparse_layer_backward_triton(hidden, weight, rows, *pairs(top), torch.zeros(n, h), torch.zeros(v, h),
                                            counts)
+
+    def sorted_backward():  # the sorted sum's launches compiled apart, below: here they are not made
+        with settings(layer, sorted_weight_gradient=lambda *args: None), deterministic_algorithms():
+            backward()
 
     def sorted_sum():  # its last launch adds up the pieces of split classes, when there are any
         classes, grad = pairs()
@@ -144,29 +145,23 @@ def launches(tuning: bool) -> dict[str, tuple]:
         "AS row kernel, δ = 0.3": (*as_kernel(0.3), {}),
         "AS row kernel, δ = 1 (cross_entropy)": (*as_kernel(1.0), {}),
         "AS row kernel, δ = 0.3, rows keeping few classes as pairs": (*as_kernel(0.3, cap=32), {}),
-        "on-chip Sparse-softmax layer": (layer._sparse_output_layer, on_chip, layer, {}),
         "layer's backward, weight gradient by atomic adds": (layer._sparse_layer_backward, backward, layer, {}),
         f"layer's backward, weight gradient by atomic adds, k = {most}": (
             layer._sparse_layer_backward, lambda: backward(most), layer, {}),
         "layer's backward, a count of pairs a row (AS rows as pairs)": (
             layer._sparse_layer_backward, lambda: backward(counted=True), layer, {}),
-        "layer's backward, weight gradient by sorting": (  # the sorted sum's launches compiled apart, below
-            layer._sparse_layer_backward, backward, layer,
-            {"SORTED_WEIGHT_GRADIENT": True, "sorted_weight_gradient": lambda *args: None}),
+        "layer's backward, weight gradient by sorting": (layer._sparse_layer_backward, sorted_backward, layer, {}),
         "sorted weight gradient, pieces": (layer._sum_pieces, sorted_sum, layer, {}),
         "sorted weight gradient, split classes' pieces added": (layer._sum_pieces, sorted_sum, layer, {"PIECE": 4}),
     }
     if tuning:
-        from kernel_tuning import AS_SETTINGS, LAYER_SETTINGS, ROW_SETTINGS, as_setting, layer_setting, row_setting
+        from kernel_tuning import AS_SETTINGS, ROW_SETTINGS, as_setting, row_setting
         for setting in AS_SETTINGS:
             name, values = as_setting(*setting)
             out[f"AS row kernel, δ = 0.3, {name}"] = (*as_kernel(0.3), values)
         for setting in ROW_SETTINGS:
             name, values = row_setting(*setting)
             out[name] = (row._sparse_softmax_row, row_kernel, row, values)
-        for setting in LAYER_SETTINGS:
-            name, values = layer_setting(*setting)
-            out[name] = (layer._sparse_output_layer, on_chip, layer, values)
     return out
 
 

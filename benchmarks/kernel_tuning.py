@@ -1,21 +1,19 @@
 #!/usr/bin/env python
-"""Times the GPU kernels' settings, to choose the defaults their modules hold: tile sizes, warps, pipeline
-stages and the candidate merge of the on-chip Sparse-softmax layer (``output_layer_triton``), block, warps
-and sweep of the Sparse-softmax row kernel (``sparse_softmax_triton``), block and warps of the AS row kernel
-(``as_softmax_triton``), the weight gradient of the Sparse-softmax layer's backward (atomic adds or sorting,
-``output_layer_triton``), and the rows a block of the fused output layer's block path takes on an
-accelerator (cross_entropy, as_softmax).
+"""Times the GPU kernels' settings, to choose the defaults their modules hold: block, warps and sweep of the
+Sparse-softmax row kernel (``sparse_softmax_triton``), block and warps of the AS row kernel
+(``as_softmax_triton``), the weight gradient of the Sparse-softmax layer's backward (atomic adds, or sorting as
+deterministic algorithms do, ``output_layer_triton``), and the rows a block of the fused output layer's block path
+takes on an accelerator (cross_entropy, as_softmax).
 
-Each setting is timed against what bounds it in the same run, interleaved (``measure.best_times``): the on-chip
-layer's forward (logits, log-sum-exp, top k, gradient pairs) against ``F.linear`` alone, the product it cannot
-beat, and against the layer's other forward (blocks of ``F.linear`` logits scored by the row kernel); the row
-kernel against ``F.cross_entropy``'s forward on the same logits, which reads them once; the AS kernel (loss and
+Each setting is timed against what bounds it in the same run, interleaved (``measure.best_times``): the sparse
+layer's forward (blocks of ``F.linear`` logits scored by the row kernel, with either sweep) against ``F.linear``
+alone, the product it cannot beat; the row kernel against ``F.cross_entropy``'s forward on the same logits, which reads them once; the AS kernel (loss and
 gradient, written in place as the fused layer has it: its time does not depend on the values it reads) against
 ``F.cross_entropy``'s forward and backward on the same logits; the sparse layer's backward (from k + 1 gradient
 pairs a row, on classes drawn uniformly and from a Zipf law, as a trained model's top k, where a few words are in
 most rows) by sorting, at several piece sizes, against by atomic adds; the block path's forward + backward at
 several block sizes, and with each block's weight-gradient product made and then added to the float32 sum
-(``output_layer._MIXED_ADDMM``), against ``F.linear`` + ``F.cross_entropy`` + backward. On a CUDA device;
+(without ``output_layer.mixed_addmm``), against ``F.linear`` + ``F.cross_entropy`` + backward. On a CUDA device;
 ``--device cpu`` (in Triton's interpreter) only checks that every step runs.
 
     python benchmarks/kernel_tuning.py --cases 16384x1024x32000,16384x1024x128000
@@ -30,17 +28,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from measure import best_times, device_name, with_settings
+from measure import best_times, deterministic_algorithms, device_name, with_settings
 from sparse_softmax.losses import _common, fused_output_loss, output_layer
 from sparse_softmax.losses import as_softmax_triton as as_kernel
 from sparse_softmax.losses import output_layer_triton as layer_kernel
 from sparse_softmax.losses import sparse_softmax_triton as row_kernel
 
 K = 10
-#: On-chip layer settings: BLOCK_M, BLOCK_V, BLOCK_H, NUM_WARPS, NUM_STAGES, INSERT_LIMIT (0: always sort).
-#: The layer's default, and the one setting that does not spill registers on sm_90 (kernel_compile.py --tuning);
-#: the others timed on an H100 and an H200 were all slower (benchmarks/results/gpu_h100.md, gpu_h200.md).
-LAYER_SETTINGS = [(128, 128, 64, 8, 3, 4), (128, 128, 32, 8, 4, 4)]
 #: Row kernel settings: BLOCK, NUM_WARPS, INSERT_LIMIT, BY_LANES. Merging, 2 warps, insert ≤ 4 was the fastest
 #: on both GPUs measured (benchmarks/results/gpu_h100.md, gpu_h200.md); the lanes' sweep has not run on one yet.
 ROW_SETTINGS = [(1024, 2, 4, False), (1024, 4, 4, False), (256, 2, 4, True), (512, 2, 4, True), (512, 4, 4, True),
@@ -53,12 +47,6 @@ PIECES = [64, 256, 1024]
 #: ``_common._ACCELERATOR_CHUNK_ELEMENTS``) and two larger; smaller blocks were slower on both GPUs measured
 #: (each block adds its V×H weight-gradient product to the float32 sum).
 BLOCK_BUDGETS = [1 << 28, 1 << 29, 1 << 30]
-
-
-def layer_setting(m: int, bv: int, bh: int, warps: int, stages: int, limit: int) -> tuple[str, dict]:
-    """A ``LAYER_SETTINGS`` entry: its name in the tables, and the values it sets in ``output_layer_triton``."""
-    return (f"on-chip {m}x{bv}x{bh}, {warps} warps, {stages} stages, insert ≤ {limit}",
-            dict(BLOCK_M=m, BLOCK_V=bv, BLOCK_H=bh, NUM_WARPS=warps, NUM_STAGES=stages, INSERT_LIMIT=limit))
 
 
 def row_setting(block: int, warps: int, limit: int, lanes: bool) -> tuple[str, dict]:
@@ -81,7 +69,7 @@ def layer_rows(n: int, h: int, v: int, repeats: int, device: str) -> list[str]:
     rows = torch.arange(n, device=device)
     block = _common.chunk_rows(hidden.device, v, fused=True, width=h)
 
-    def by_blocks():  # output_layer.SPARSE_ON_CHIP = False
+    def by_blocks():
         output_layer.sparse_pairs_by_blocks(hidden, weight, None, rows, target, K, 0.0, True)
 
     lanes = not row_kernel.BY_LANES  # the row kernel's other sweep
@@ -89,10 +77,6 @@ def layer_rows(n: int, h: int, v: int, repeats: int, device: str) -> list[str]:
              f"F.linear then the row kernel, blocks of {block} rows": by_blocks,
              f"F.linear then the row kernel {'by lanes' if lanes else 'merging'}, blocks of {block} rows":
              with_settings(row_kernel, by_blocks, BY_LANES=lanes)}
-    for setting in LAYER_SETTINGS:
-        name, values = layer_setting(*setting)
-        steps[name] = with_settings(layer_kernel, lambda: layer_kernel.sparse_output_layer_triton(
-            hidden, weight, None, rows, target, K, 0.0, True), **values)
     return table(f"N={n} H={h} V={v}", best_times(steps, repeats, device))
 
 
@@ -140,14 +124,15 @@ def backward_rows(n: int, h: int, v: int, repeats: int, device: str) -> list[str
     steps = {}
     for law, classes in (("uniform", torch.randint(0, v, (n, K + 1), generator=g)),
                          ("Zipf", torch.multinomial(zipf, n * (K + 1), replacement=True, generator=g).view(n, K + 1))):
-        def backward(classes=classes.to(device)):
-            layer_kernel.sparse_layer_backward_triton(hidden, weight, rows, classes, grad, grad_hidden, grad_weight)
+        def backward(classes=classes.to(device), by_sorting=False):
+            with deterministic_algorithms(by_sorting):
+                layer_kernel.sparse_layer_backward_triton(hidden, weight, rows, classes, grad, grad_hidden,
+                                                          grad_weight)
 
-        steps[f"{law} classes, weight gradient by atomic adds"] = with_settings(
-            layer_kernel, backward, SORTED_WEIGHT_GRADIENT=False)
+        steps[f"{law} classes, weight gradient by atomic adds"] = backward
         for piece in PIECES:
             steps[f"{law} classes, by sorting, pieces of {piece} pairs"] = with_settings(
-                layer_kernel, backward, SORTED_WEIGHT_GRADIENT=True, PIECE=piece)
+                layer_kernel, lambda backward=backward: backward(by_sorting=True), PIECE=piece)
     return table(f"N={n} H={h} V={v}", best_times(steps, repeats, device))
 
 
@@ -171,7 +156,7 @@ def block_rows(n: int, h: int, v: int, repeats: int, device: str) -> list[str]:
             name = f"{loss}, fused, blocks of {min(n, max(h, budget // v))} rows"
             steps[name] = with_settings(_common, fused, _ACCELERATOR_CHUNK_ELEMENTS={False: 1 << 24, True: budget})
             if budget == _common._ACCELERATOR_CHUNK_ELEMENTS[True]:  # each block's product made, then added
-                steps[f"{name}, product then add"] = with_settings(output_layer, fused, _MIXED_ADDMM=False)
+                steps[f"{name}, product then add"] = with_settings(output_layer, fused, mixed_addmm=lambda _: False)
     return table(f"N={n} H={h} V={v}", best_times(steps, repeats, device))
 
 
@@ -196,7 +181,7 @@ def main() -> None:
     if args.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         parser.error("on the CPU the kernels run only in Triton's interpreter: set TRITON_INTERPRET=1")
     header = ["| case | setting | ms | ÷ first row |", "|---|---|---:|---:|"]
-    sections = {"On-chip Sparse-softmax layer, forward with gradient pairs (bf16)": [],
+    sections = {"Sparse-softmax layer, forward with gradient pairs (bf16)": [],
                 "Sparse-softmax row kernel, forward with gradient pairs (bf16 logits)": [],
                 "AS row kernel, loss and gradient (bf16 logits)": [],
                 f"Sparse-softmax layer's backward from {K + 1} gradient pairs a row (bf16)": [],

@@ -132,6 +132,17 @@ def settings(module, **values):
             setattr(module, name, value)
 
 
+@contextlib.contextmanager
+def deterministic_algorithms(on: bool = True):
+    """``torch.use_deterministic_algorithms(on)`` inside, as it was after."""
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(on)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
 def with_settings(module, fn: Callable[[], None], **values) -> Callable[[], None]:
     """``fn`` run with ``settings(module, **values)``."""
     def run():

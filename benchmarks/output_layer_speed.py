@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from measure import (best_times, device_name, grouped_bars, peak_extra_bytes, print_profile, pyplot, with_settings,
-                     write_results)
+from measure import (best_times, deterministic_algorithms, device_name, grouped_bars, peak_extra_bytes, print_profile,
+                     pyplot, with_settings, write_results)
 from sparse_softmax.losses import as_softmax, fused_output_loss, output_layer, sparse_softmax_loss
 
 CASES = "1024x256x8000,4096x512x32000,8192x1024x50000"
@@ -72,21 +72,19 @@ def variants(n: int, h: int, v: int, device: str, dtype: torch.dtype) -> dict[st
             h_, w, t, "sparse_softmax", k=K).loss), full),
         f"as_softmax δ={DELTA}": (step(full, lambda h_, w, t: as_softmax(F.linear(h_, w), t, DELTA).loss), full),
     }
-    if device == "cuda":  # the fused sparse_softmax's other GPU forwards: output_layer.SPARSE_ON_CHIP, and the
-        # row kernel's two ways to a row's top k (sparse_softmax_triton.BY_LANES) for the logit blocks; and its
-        # other backward (output_layer_triton.SORTED_WEIGHT_GRADIENT)
-        from sparse_softmax.losses import output_layer_triton as layer_kernel  # Triton: CUDA builds of torch ship it
-        from sparse_softmax.losses import sparse_softmax_triton as row_kernel
+    if device == "cuda":  # the fused sparse_softmax's other ways on a GPU: the row kernel's other sweep to a row's top
+        # k (sparse_softmax_triton.BY_LANES), and the deterministic backward (the weight's gradient by sorting)
+        from sparse_softmax.losses import sparse_softmax_triton as row_kernel  # Triton: CUDA builds of torch ship it
         fused = out[f"sparse_softmax k={K}, fused"][0]
-        default = (output_layer.SPARSE_ON_CHIP, not output_layer.SPARSE_ON_CHIP and row_kernel.BY_LANES)
-        for on_chip, lanes, name in ((True, False, "on chip"), (False, False, "logit blocks, merging"),
-                                     (False, True, "logit blocks, by lanes")):
-            if (on_chip, lanes) != default:
-                out[f"sparse_softmax k={K}, fused, {name}"] = (with_settings(row_kernel, with_settings(
-                    output_layer, fused, SPARSE_ON_CHIP=on_chip), BY_LANES=lanes), full)
-        by_sorting = not layer_kernel.SORTED_WEIGHT_GRADIENT
-        out[f"sparse_softmax k={K}, fused, weight gradient by {'sorting' if by_sorting else 'atomic adds'}"] = (
-            with_settings(layer_kernel, fused, SORTED_WEIGHT_GRADIENT=by_sorting), full)
+        other = "by lanes" if not row_kernel.BY_LANES else "merging"
+        out[f"sparse_softmax k={K}, fused, row kernel {other}"] = (
+            with_settings(row_kernel, fused, BY_LANES=not row_kernel.BY_LANES), full)
+
+        def deterministic():
+            with deterministic_algorithms():
+                fused()
+
+        out[f"sparse_softmax k={K}, fused, deterministic (weight gradient by sorting)"] = (deterministic, full)
     for share in DENSE_SHARES:
         data = make_case(n, h, v, share, device, dtype, seed=1)
         name = f"as_softmax δ={DELTA}, fused, {share:.0%} dense"

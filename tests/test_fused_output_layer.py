@@ -243,12 +243,11 @@ def test_half_precision_weight_gradient_is_added_by_the_product_on_cuda(loss, mo
     """On CUDA, with a torch whose ``addmm`` takes ``out_dtype``, cuBLAS adds each block's half-precision
     weight-gradient product to the float32 sum as it writes it: no V×H tensor but that sum is ever made."""
     monkeypatch.setitem(_common._ACCELERATOR_CHUNK_ELEMENTS, True, 64 * 500)  # 16 blocks of the 1000 rows
-    monkeypatch.setattr(output_layer, "_MIXED_ADDMM", None)
     hidden, weight, target = as_mix(n=1000, h=8, v=500, dtype=torch.float32, seed=9, device="cuda")
     hidden, weight = hidden.bfloat16(), weight.bfloat16().requires_grad_(True)
     with Allocations() as tracker:
         fused_output_loss(hidden, weight, target, loss, ignore_index=IGNORE, **OPTIONS[loss])
-    if not output_layer._MIXED_ADDMM:
+    if not output_layer.mixed_addmm("cuda"):
         pytest.skip(f"torch {torch.__version__}'s addmm does not add a bf16 product to a float32 sum")
     sums = [made for made in tracker.made if made[1] == (500, 8)]
     assert sums == [(torch.float32, (500, 8))], f"V×H tensors made: {sums}"

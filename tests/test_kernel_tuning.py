@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import kernel_tuning  # noqa: E402  (its lists of settings; its kernels run in the script's own process)
 
 SECTIONS = {  # title → the rows each case must have
-    "On-chip Sparse-softmax layer, forward with gradient pairs (bf16)": 3 + len(kernel_tuning.LAYER_SETTINGS),
+    "Sparse-softmax layer, forward with gradient pairs (bf16)": 3,
     "Sparse-softmax row kernel, forward with gradient pairs (bf16 logits)": 2 + len(kernel_tuning.ROW_SETTINGS),
     "AS row kernel, loss and gradient (bf16 logits)": 2 + len(kernel_tuning.AS_SETTINGS),
     f"Sparse-softmax layer's backward from {kernel_tuning.K + 1} gradient pairs a row (bf16)":

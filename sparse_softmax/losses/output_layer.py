@@ -20,16 +20,15 @@ gradients of h, W and b; the N×V logits and gradient never exist. Rows whose ta
 computed in the forward pass and backward only scales them; with "none" backward runs the blocks
 again, because each row's weight in the gradient is only known then.
 
-On a GPU, sparse_softmax hands over only the k + 1 gradient pairs a row, which a Triton kernel
-(``output_layer_triton.py``) turns into the gradients of h and W. The pairs come from blocks of logits
-computed by cuBLAS and scored by Sparse-softmax's row kernel (``sparse_softmax_triton.py``), or
-(``SPARSE_ON_CHIP = True``) from a kernel that computes and scores the logits tile by tile on chip.
-cross_entropy and as_softmax keep the blocks there, in the inputs' dtype, scored whole by AS's row kernel
-(``as_softmax_triton.py``): no copy to float32 and no small parts, which on a GPU cost more than the products
-(with ``AS_PAIRS``, AS rows that keep only a few classes leave as pairs too, for the sparse backward).
+On a GPU, sparse_softmax hands over only the k + 1 gradient pairs a row: blocks of logits computed by cuBLAS
+are scored by Sparse-softmax's row kernel (``sparse_softmax_triton.py``), and Triton kernels
+(``output_layer_triton.py``) turn the pairs of every row into the gradients of h and W. cross_entropy and
+as_softmax keep the blocks there, in the inputs' dtype, scored whole by AS's row kernel (``as_softmax_triton.py``):
+no copy to float32 and no small parts, which on a GPU cost more than the products.
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
@@ -46,13 +45,6 @@ LOSSES = ("cross_entropy", "sparse_softmax", "as_softmax")
 #: An AS row keeping more than this share of the classes takes the dense products: gathering and
 #: scattering weight rows one by one costs more per class than the matrix products do.
 _DENSE_SHARE = 1 / 16
-#: Where sparse_softmax's gradient pairs come from on a GPU: blocks of cuBLAS logits scored by the row kernel
-#: (False), which hold a block of logits (at most ``_common._ACCELERATOR_CHUNK_ELEMENTS[True]``), or the on-chip
-#: kernel (True), whose logits never reach memory but whose per-tile epilogue runs after each tile's product
-#: rather than beside it. On an H100 the blocks won in the same run: the whole layer 0.44× / 0.27× ``F.linear``
-#: + ``F.cross_entropy`` at V = 32k / 128k against 0.47× / 0.32× on chip, peak memory 0.08× / 0.02× against
-#: 0.03× / 0.02× (benchmarks/results/gpu_h100.md). ``output_layer_speed.py`` and ``kernel_tuning.py`` time both.
-SPARSE_ON_CHIP = False
 #: On a GPU, AS rows that keep at most this many classes (and more than the target alone: a masked row has no
 #: gradient) hand their gradient over as (class, value) pairs to the sparse_softmax layer's backward kernels,
 #: which touch only those classes' weight rows, instead of taking the two products with the rows that keep more
@@ -149,27 +141,22 @@ class _Gradients:
                 self.grad_bias.index_add_(0, c, grad[part])
 
 
-#: Whether this torch adds a half-precision product to a float32 sum in the product itself (``addmm`` with
-#: ``out_dtype``, CUDA; newer versions only): None until the first try.
-_MIXED_ADDMM: bool | None = None
+@functools.cache
+def mixed_addmm(device_type: str) -> bool:
+    """Whether this torch's ``addmm`` adds a half-precision product to a float32 ``out`` on ``device_type`` in the
+    product itself (its ``out_dtype`` overload, which newer versions have for CUDA): asked of torch's dispatcher."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key("aten::addmm.dtype_out", device_type.upper())
 
 
 def _add_half_product(out: Tensor, a: Tensor, b: Tensor) -> None:
-    """``out += a @ b``, ``a`` and ``b`` half precision, ``out`` float32. Where torch can, cuBLAS adds the
-    product to ``out`` as it writes it, summing in float32 throughout: each block's weight gradient costs one
-    read and one write of the float32 V×H sum. Otherwise the product is made in the inputs' dtype and converted
-    as the add reads it (no float32 V×H temporary), which also moves the half-precision product twice."""
-    global _MIXED_ADDMM
-    if out.is_cuda and _MIXED_ADDMM is not False:
-        try:
-            torch.addmm(out, a, b, out_dtype=out.dtype, out=out)
-            _MIXED_ADDMM = True
-            return
-        except (RuntimeError, TypeError):  # no such overload, or one that wants ``out`` in the inputs' dtype
-            if _MIXED_ADDMM:
-                raise
-            _MIXED_ADDMM = False
-    out.add_(a @ b)
+    """``out += a @ b``, ``a`` and ``b`` half precision, ``out`` float32. Where torch can (``mixed_addmm``), the
+    BLAS adds the product to ``out`` as it writes it, summing in float32 throughout: each block's weight gradient
+    costs one read and one write of the float32 V×H sum. Otherwise the product is made in the inputs' dtype and
+    converted as the add reads it (no float32 V×H temporary), which also moves the half-precision product twice."""
+    if mixed_addmm(out.device.type):
+        torch.addmm(out, a, b, out_dtype=out.dtype, out=out)
+    else:
+        out.add_(a @ b)
 
 
 class _Part(NamedTuple):
@@ -224,8 +211,8 @@ def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tenso
     The logits are computed a large block of rows at a time (a product's speed needs many rows), and
     scored in parts small enough to stay in cache through the loss's several passes over them.
     """
-    if spec.loss == "sparse_softmax" and (kernel := _sparse_kernels(hidden, spec.k)) is not None:
-        return _score_sparse_rows(kernel, hidden, weight, bias, rows, target, row_weight, spec)
+    if spec.loss == "sparse_softmax" and _sparse_kernels_serve(hidden, spec.k):
+        return _score_sparse_rows(hidden, weight, bias, rows, target, row_weight, spec)
     if (kernel := _row_kernel(hidden, spec)) is not None:
         return _score_rows_by_row_kernel(kernel, hidden, weight, bias, rows, target, row_weight, spec)
     n, v = rows.numel(), weight.shape[0]
@@ -270,20 +257,18 @@ def _scores(loss: Tensor, nll: Tensor, masked: Tensor, dense: Tensor, grads: _Gr
     return _Scores(loss, nll, masked, dense, grads.grad_hidden, grads.grad_weight, grads.grad_bias)
 
 
-def _sparse_kernels(hidden: Tensor, k: int):
-    """The Triton kernels of the GPU sparse_softmax layer, when they serve these features and this k."""
-    kernel = kernel_for(hidden, "output_layer_triton")
-    return kernel if kernel is not None and k <= kernel.MAX_K else None
+def _sparse_kernels_serve(hidden: Tensor, k: int) -> bool:
+    """Whether the Triton kernels of the GPU sparse_softmax layer serve these features and this k."""
+    kernel = kernel_for(hidden, "sparse_softmax_triton")
+    return kernel is not None and k <= kernel.MAX_K
 
 
-def _score_sparse_rows(kernel, hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, target: Tensor,
+def _score_sparse_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, target: Tensor,
                        row_weight: Tensor | None, spec: _Spec) -> _Scores:
-    """``_score_rows`` for sparse_softmax by the kernels: the gradient pairs of every counted row (on chip in
-    one launch, or a block of logits at a time), then the backward kernel's gathers and scatter-adds over
-    all rows at once."""
+    """``_score_rows`` for sparse_softmax by the kernels: the gradient pairs of every counted row, a block of
+    logits at a time, then the backward kernels' gathers and scatter-adds over all rows at once."""
     want = row_weight is not None
-    forward = kernel.sparse_output_layer_triton if SPARSE_ON_CHIP else sparse_pairs_by_blocks
-    scored = forward(hidden, weight, bias, rows, target, spec.k, spec.label_smoothing, want)
+    scored = sparse_pairs_by_blocks(hidden, weight, bias, rows, target, spec.k, spec.label_smoothing, want)
     n, v = rows.numel(), weight.shape[0]
     masked = torch.zeros(n, dtype=torch.bool, device=hidden.device)
     dense = masked if spec.k < v else ~masked
@@ -296,9 +281,9 @@ def _score_sparse_rows(kernel, hidden: Tensor, weight: Tensor, bias: Tensor | No
 
 def sparse_pairs_by_blocks(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, target: Tensor,
                            k: int, label_smoothing: float, want_grad: bool):
-    """The gradient pairs of the GPU sparse_softmax layer (``SPARSE_ON_CHIP = False``, the default): blocks of
-    logits by cuBLAS, each scored by Sparse-softmax's row kernel; ``sparse_output_layer_triton``'s result, with
-    its signature (GPU only)."""
+    """The gradient pairs of the GPU sparse_softmax layer: blocks of logits by cuBLAS, each scored by
+    Sparse-softmax's row kernel. Returns ``SparseChunk`` fields for the counted ``rows`` (losses, nll, and with
+    ``want_grad`` the k + 1 (class, value) pairs a row), in float32 (GPU only)."""
     row_kernel = triton_kernels("sparse_softmax_triton")
     scored, _ = row_kernel.empty_rows(rows.numel(), k, hidden.device, want_grad)
     for done, _, _, z in _logit_blocks(hidden, weight, bias, rows, hidden.dtype):

@@ -1,24 +1,14 @@
-"""The fused output layer's Sparse-softmax forward as one Triton kernel: the logits never leave the chip.
+"""The backward of the fused output layer's Sparse-softmax path on a GPU: from the logits' gradient as (class,
+value) pairs, k + 1 a row (``sparse_softmax_triton``'s row kernel hands them over), to the gradients of the
+features and the weight, O(N·k·H) where the dense backward costs two N×V×H products.
 
-``fused_output_loss`` on a GPU, loss "sparse_softmax": a program takes ``BLOCK_M`` rows of the features
-and sweeps the vocabulary a tile of ``BLOCK_V`` weight rows at a time. Each tile's logits are one
-``tl.dot`` over the hidden size, accumulated in float32 registers, and are used at once: the rows'
-running maximum and Σ exp (the plain nll), the target's logit when the tile holds it, and the rows'
-running top K (the keys and the merge of ``sparse_softmax_triton``: value and column in one int64, a
-tile's candidates inserted one by one unless a row has many). What leaves the chip is k + 1 (class,
-value) pairs a row, the gradient of the logits; the backward turns them into the gradients of the
-features (k + 1 weight rows gathered and summed a row) and of the weight, O(N·k·H), so the whole layer
-costs about one forward product where ``F.linear`` + ``F.cross_entropy`` costs three.
-
-The weight's gradient is a scatter: row c of dL/dW sums g·h over the pairs of class c. Added pair by pair
-with atomic adds (the default) it takes N·(k+1)·H of them, in whatever order the GPU runs them; with
-``SORTED_WEIGHT_GRADIENT`` (and always under ``torch.use_deterministic_algorithms(True)``) the pairs are
-sorted by class and each class's sum is taken by one program in a fixed order and added once: deterministic,
-and without atomics. A frequent class (a common word in every row's top k) is split into pieces of
-``PIECE`` pairs, so that no program sums a batch's worth of rows alone; a second launch adds its pieces up.
-
-The logits are summed in float32 and then rounded to the inputs' dtype, as ``F.linear`` rounds them:
-with ``--fused-output-layer`` or without, a half-precision model is trained on the same logits.
+dL/dh of a row sums its pairs' weight rows, ``Σ_j g_j W[c_j]``, gathered ``PIECE_BLOCK`` pairs at a time. The
+weight's gradient is a scatter: row c of dL/dW sums g·h over the pairs of class c. By default each program adds
+its row's pairs with atomic adds, N·(k+1)·H of them in whatever order the GPU runs them; under
+``torch.use_deterministic_algorithms(True)`` the pairs are sorted by class instead and each class's sum is taken
+by one program in a fixed order and added once: deterministic, and without atomics. A frequent class (a common
+word in every row's top k) is split into pieces of ``PIECE`` pairs, so that no program sums a batch's worth of
+rows alone; a second launch adds its pieces up.
 """
 from __future__ import annotations
 
@@ -27,94 +17,11 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .sparse_softmax_triton import (INSERT_LIMIT, LOWEST, MAX_K, _candidates, _finish_rows, _keys, _merge, empty_rows,
-                                    top_width)
-
-#: Tile sizes (rows a program, vocabulary columns a tile, hidden units a dot) and launch settings, the
-#: fastest of benchmarks/kernel_tuning.py's on an H200 (bf16, N = 16,384, H = 1,024, V = 32k and 128k).
-BLOCK_M, BLOCK_V, BLOCK_H = 128, 128, 64
-NUM_WARPS, NUM_STAGES = 8, 3
 #: Hidden units a program of the backward kernels takes.
 BACKWARD_BLOCK_H = 256
-#: The weight's gradient by sorting the pairs by class (deterministic, no atomics) instead of atomic adds.
-#: Off until a GPU has timed it: benchmarks/kernel_tuning.py times both.
-SORTED_WEIGHT_GRADIENT = False
 #: Sorted: a class's pairs one program sums at most. And the pairs a program of either backward kernel loads
 #: at once (a row's k + 1; a piece's).
 PIECE, PIECE_BLOCK = 256, 16
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-@triton.jit
-def _sparse_output_layer(h_ptr, h_stride, rows_ptr, w_ptr, w_stride, b_ptr, target_ptr, k, smoothing,
-                         loss_ptr, nll_ptr, classes_ptr, grad_ptr, N, V, H,
-                         HAS_BIAS: tl.constexpr, WANT_GRAD: tl.constexpr, IEEE: tl.constexpr, K: tl.constexpr,
-                         BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr,
-                         INSERT_LIMIT: tl.constexpr):
-    first = tl.program_id(0).to(tl.int64) * BLOCK_M
-    m = first + tl.arange(0, BLOCK_M)
-    in_rows = m < N
-    h_rows = tl.load(rows_ptr + m, mask=in_rows, other=0)  # rows of the features (the counted ones)
-    target = tl.load(target_ptr + m, mask=in_rows, other=0)
-    cols = tl.arange(0, BLOCK_V)
-    units = tl.arange(0, BLOCK_H)
-
-    row_max = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    row_sum = tl.zeros([BLOCK_M], tl.float32)
-    z_t = tl.zeros([BLOCK_M], tl.float32)
-    best = tl.full([BLOCK_M, K], LOWEST, tl.int64)
-    kth = tl.full([BLOCK_M], LOWEST, tl.int64)
-    for v0 in tl.range(0, V, BLOCK_V):
-        v = v0 + cols
-        in_vocab = v < V
-        z = tl.zeros([BLOCK_M, BLOCK_V], tl.float32)
-        for u0 in tl.range(0, H, BLOCK_H):
-            u = u0 + units
-            a = tl.load(h_ptr + h_rows[:, None] * h_stride + u[None, :], mask=in_rows[:, None] & (u[None, :] < H),
-                        other=0.0)
-            b = tl.load(w_ptr + v[None, :].to(tl.int64) * w_stride + u[:, None],
-                        mask=(u[:, None] < H) & in_vocab[None, :], other=0.0)
-            if IEEE:
-                z = tl.dot(a, b, z, input_precision="ieee")
-            else:
-                z = tl.dot(a, b, z)
-        if HAS_BIAS:
-            z += tl.load(b_ptr + v, mask=in_vocab, other=0.0).to(tl.float32)[None, :]
-        z = tl.where(in_vocab[None, :], z.to(h_ptr.dtype.element_ty).to(tl.float32), float("-inf"))
-        if tl.max(((target >= v0) & (target < v0 + BLOCK_V)).to(tl.int32), axis=0) > 0:  # a row's target is here
-            z_t += tl.sum(tl.where(v[None, :] == target[:, None], z, 0.0), axis=1)
-
-        new_max = tl.maximum(row_max, tl.max(z, axis=1))
-        shift = tl.where(new_max == float("-inf"), 0.0, new_max)
-        row_sum = row_sum * tl.exp(row_max - shift) + tl.sum(tl.exp(z - shift[:, None]), axis=1)
-        row_max = new_max
-
-        candidate = _candidates(z, kth) & in_vocab[None, :]
-        news = tl.max(tl.sum(candidate.to(tl.int32), axis=1), axis=0)
-        if news > 0:
-            best, kth = _merge(best, tl.where(candidate, _keys(z, v[None, :]), LOWEST), news, INSERT_LIMIT)
-    nll = tl.log(row_sum) + row_max - z_t
-    _finish_rows(best, z_t, nll, m, in_rows, target, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr,
-                 WANT_GRAD, K)
-
-
-def sparse_output_layer_triton(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, target: Tensor,
-                               k: int, label_smoothing: float, want_grad: bool):
-    """Sparse-softmax of the logits ``F.linear(hidden[rows], weight, bias)`` against ``target`` (one per
-    row of ``rows``), without forming them: ``SparseChunk`` fields (losses, nll, and with ``want_grad`` the
-    gradient as k + 1 (class, value) pairs a row), in float32, for ``k ≤ MAX_K``."""
-    n, (v, h) = rows.numel(), weight.shape
-    hidden, weight = hidden.contiguous(), weight.contiguous()
-    out, (classes, grad) = empty_rows(n, k, hidden.device, want_grad)
-    top = top_width(k)  # a tile must hold at least K columns for its top K
-    if n:
-        _sparse_output_layer[(triton.cdiv(n, BLOCK_M),)](
-            hidden, hidden.stride(0), rows, weight, weight.stride(0), weight if bias is None else bias, target,
-            k, float(label_smoothing), out.loss, out.nll, classes, grad, n, v, h, HAS_BIAS=bias is not None,
-            WANT_GRAD=want_grad, IEEE=hidden.dtype == torch.float32, K=top, BLOCK_M=BLOCK_M,
-            BLOCK_V=max(BLOCK_V, top), BLOCK_H=BLOCK_H, INSERT_LIMIT=INSERT_LIMIT, num_warps=NUM_WARPS,
-            num_stages=NUM_STAGES)
-    return out
 
 
 @triton.jit
@@ -194,7 +101,7 @@ def sparse_layer_backward_triton(hidden: Tensor, weight: Tensor, rows: Tensor, c
     n, pairs = classes.shape
     h = hidden.shape[1]
     hidden, weight, classes, grad = hidden.contiguous(), weight.contiguous(), classes.contiguous(), grad.contiguous()
-    by_sorting = SORTED_WEIGHT_GRADIENT or torch.are_deterministic_algorithms_enabled()
+    by_sorting = torch.are_deterministic_algorithms_enabled()
     if n:
         _sparse_layer_backward[(n, triton.cdiv(h, BACKWARD_BLOCK_H))](
             classes, grad, rows if counts is None else counts, rows, hidden, hidden.stride(0), weight,  # rows: unread
