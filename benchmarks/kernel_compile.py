@@ -5,8 +5,8 @@ registers and spills as ``ptxas`` reports them, with how many of its programs an
 (an upper bound on the rows or tiles in flight: shared memory and the SM's thread limit may allow fewer).
 
 Each kernel is compiled with the arguments its own launch function passes it, captured instead of launched (bf16
-inputs, the modules' default settings, and each alternative a module switches between: the row kernel's two sweeps,
-the AS kernel with δ < 1 and δ = 1 and with its pairs, the sparse layer's backward with the weight's gradient by
+inputs, the modules' default settings, and each alternative: the row kernel and its lanes' sweep
+(``experiments/kernels``), the AS kernel with δ < 1 and δ = 1 and with its pairs, the sparse layer's backward with the weight's gradient by
 atomic adds or by sorting (deterministic algorithms) and with a count of pairs a row, and the sorted sum's two
 launches; the row kernel and the backward also at the largest k they take, which asks for the most registers). ``--tuning`` adds the settings
 benchmarks/kernel_tuning.py times. Needs a Triton with its NVIDIA backend (its wheels bring ``ptxas``); exits 1 if
@@ -33,8 +33,11 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from measure import ROOT, deterministic_algorithms, settings
 from sparse_softmax.losses import as_softmax_triton, output_layer_triton, sparse_softmax_triton
-from measure import deterministic_algorithms, settings
+
+sys.path.insert(0, str(ROOT / "experiments" / "kernels"))  # the alternatives a GPU run has yet to decide
+import lanes_sweep  # noqa: E402
 
 TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int64: "i64",
          torch.int32: "i32", torch.bool: "i1"}
@@ -106,11 +109,14 @@ def launches(tuning: bool) -> dict[str, tuple]:
     target = torch.randint(0, v, (n,), generator=g)
     hidden, weight = torch.randn(n, h, generator=g).bfloat16(), torch.randn(v, h, generator=g).bfloat16()
     rows, weights = torch.arange(n), torch.ones(n)
-    row, layer = sparse_softmax_triton, output_layer_triton
+    row, layer, lanes = sparse_softmax_triton, output_layer_triton, lanes_sweep._sparse_softmax_row_by_lanes
     most = row.MAX_K  # the largest k the kernels take: the most registers they ask for
 
-    def row_kernel(top: int = k):
-        return row.sparse_softmax_chunk_triton(z, target, top, 0.1, True)
+    def row_kernel(top: int = k, launch=row.sparse_softmax_chunk_triton):
+        return launch(z, target, top, 0.1, True)
+
+    def by_lanes(top: int = k):
+        return row_kernel(top, lanes_sweep.sparse_softmax_chunk_by_lanes)
 
     def pairs(top: int = k) -> tuple[torch.Tensor, torch.Tensor]:
         """k + 1 gradient pairs a row, of three classes: more pairs a class than a small PIECE."""
@@ -136,12 +142,10 @@ def launches(tuning: bool) -> dict[str, tuple]:
             z, target, weights, delta, True, in_place=True, pairs=pairs), as_softmax_triton)
 
     out = {
-        "Sparse-softmax row kernel, merging": (row._sparse_softmax_row, row_kernel, row, {"BY_LANES": False}),
-        "Sparse-softmax row kernel, by lanes": (row._sparse_softmax_row, row_kernel, row, {"BY_LANES": True}),
-        f"Sparse-softmax row kernel, merging, k = {most}": (row._sparse_softmax_row, lambda: row_kernel(most), row,
-                                                             {"BY_LANES": False}),
-        f"Sparse-softmax row kernel, by lanes, k = {most}": (row._sparse_softmax_row, lambda: row_kernel(most), row,
-                                                              {"BY_LANES": True}),
+        "Sparse-softmax row kernel": (row._sparse_softmax_row, row_kernel, row, {}),
+        f"Sparse-softmax row kernel, k = {most}": (row._sparse_softmax_row, lambda: row_kernel(most), row, {}),
+        "Sparse-softmax row kernel by lanes (experiments/kernels)": (lanes, by_lanes, row, {}),
+        f"Sparse-softmax row kernel by lanes, k = {most}": (lanes, lambda: by_lanes(most), row, {}),
         "AS row kernel, δ = 0.3": (*as_kernel(0.3), {}),
         "AS row kernel, δ = 1 (cross_entropy)": (*as_kernel(1.0), {}),
         "AS row kernel, δ = 0.3, rows keeping few classes as pairs": (*as_kernel(0.3, cap=32), {}),
@@ -160,8 +164,9 @@ def launches(tuning: bool) -> dict[str, tuple]:
             name, values = as_setting(*setting)
             out[f"AS row kernel, δ = 0.3, {name}"] = (*as_kernel(0.3), values)
         for setting in ROW_SETTINGS:
-            name, values = row_setting(*setting)
-            out[name] = (row._sparse_softmax_row, row_kernel, row, values)
+            name, values, launch = row_setting(*setting)
+            kernel = lanes if launch is lanes_sweep.sparse_softmax_chunk_by_lanes else row._sparse_softmax_row
+            out[name] = (kernel, lambda launch=launch: row_kernel(launch=launch), row, values)
     return out
 
 

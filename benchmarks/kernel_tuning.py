@@ -23,20 +23,26 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
-from measure import best_times, deterministic_algorithms, device_name, with_settings
+from measure import ROOT, best_times, deterministic_algorithms, device_name, with_settings
 from sparse_softmax.losses import _common, fused_output_loss, output_layer
 from sparse_softmax.losses import as_softmax_triton as as_kernel
 from sparse_softmax.losses import output_layer_triton as layer_kernel
 from sparse_softmax.losses import sparse_softmax_triton as row_kernel
 
+sys.path.insert(0, str(ROOT / "experiments" / "kernels"))  # the alternatives a GPU run has yet to decide
+import lanes_sweep  # noqa: E402
+
 K = 10
-#: Row kernel settings: BLOCK, NUM_WARPS, INSERT_LIMIT, BY_LANES. Merging, 2 warps, insert ≤ 4 was the fastest
-#: on both GPUs measured (benchmarks/results/gpu_h100.md, gpu_h200.md); the lanes' sweep has not run on one yet.
+#: Row kernel settings: BLOCK, NUM_WARPS, INSERT_LIMIT, and whether the sweep is the lanes' (experiments/kernels).
+#: Merging, 2 warps, insert ≤ 4 was the fastest on both GPUs measured (benchmarks/results/gpu_h100.md, gpu_h200.md);
+#: the lanes' sweep has not run on one yet.
 ROW_SETTINGS = [(1024, 2, 4, False), (1024, 4, 4, False), (256, 2, 4, True), (512, 2, 4, True), (512, 4, 4, True),
                 (1024, 2, 4, True), (1024, 4, 4, True), (2048, 4, 4, True)]
 #: AS row kernel settings: BLOCK, NUM_WARPS (the default 4096, 4 first).
@@ -49,11 +55,13 @@ PIECES = [64, 256, 1024]
 BLOCK_BUDGETS = [1 << 28, 1 << 29, 1 << 30]
 
 
-def row_setting(block: int, warps: int, limit: int, lanes: bool) -> tuple[str, dict]:
-    """A ``ROW_SETTINGS`` entry: its name, and the values it sets in ``sparse_softmax_triton``."""
+def row_setting(block: int, warps: int, limit: int, lanes: bool) -> tuple[str, dict, Callable]:
+    """A ``ROW_SETTINGS`` entry: its name, the values it sets in ``sparse_softmax_triton``, and the launch of the
+    sweep it times (the product's merging one, or the lanes' of ``experiments/kernels``)."""
     sweep = "by lanes" if lanes else f"merging, insert ≤ {limit}"
-    return (f"row kernel, block {block}, {warps} warps, {sweep}",
-            dict(BLOCK=block, NUM_WARPS=warps, INSERT_LIMIT=limit, BY_LANES=lanes))
+    launch = lanes_sweep.sparse_softmax_chunk_by_lanes if lanes else row_kernel.sparse_softmax_chunk_triton
+    return (f"row kernel, block {block}, {warps} warps, {sweep}", dict(BLOCK=block, NUM_WARPS=warps, INSERT_LIMIT=limit),
+            launch)
 
 
 def as_setting(block: int, warps: int) -> tuple[str, dict]:
@@ -72,11 +80,13 @@ def layer_rows(n: int, h: int, v: int, repeats: int, device: str) -> list[str]:
     def by_blocks():
         output_layer.sparse_pairs_by_blocks(hidden, weight, None, rows, target, K, 0.0, True)
 
-    lanes = not row_kernel.BY_LANES  # the row kernel's other sweep
+    def by_blocks_and_lanes():  # the same blocks, scored by the lanes' sweep
+        for done, _, _, z in output_layer._logit_blocks(hidden, weight, None, rows, hidden.dtype):
+            lanes_sweep.sparse_softmax_chunk_by_lanes(z, target[done], K, 0.0, True)
+
     steps = {"F.linear (bf16 logits)": lambda: F.linear(hidden, weight),
              f"F.linear then the row kernel, blocks of {block} rows": by_blocks,
-             f"F.linear then the row kernel {'by lanes' if lanes else 'merging'}, blocks of {block} rows":
-             with_settings(row_kernel, by_blocks, BY_LANES=lanes)}
+             f"F.linear then the row kernel by lanes, blocks of {block} rows": by_blocks_and_lanes}
     return table(f"N={n} H={h} V={v}", best_times(steps, repeats, device))
 
 
@@ -87,9 +97,8 @@ def row_rows(n: int, v: int, repeats: int, device: str) -> list[str]:
     steps = {"F.cross_entropy forward (bf16 logits)": lambda: F.cross_entropy(z, target, reduction="sum"),
              f"torch.topk k={K}": lambda: torch.topk(z, K, dim=1)}
     for setting in ROW_SETTINGS:
-        name, values = row_setting(*setting)
-        steps[name] = with_settings(row_kernel, lambda: row_kernel.sparse_softmax_chunk_triton(z, target, K, 0.0, True),
-                                    **values)
+        name, values, launch = row_setting(*setting)
+        steps[name] = with_settings(row_kernel, lambda launch=launch: launch(z, target, K, 0.0, True), **values)
     return table(f"N={n} V={v}", best_times(steps, repeats, device))
 
 

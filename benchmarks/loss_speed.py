@@ -19,8 +19,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from measure import (best_times, device_name, grouped_bars, peak_extra_bytes, print_profile, pyplot, settings,
-                     write_results)
+from measure import best_times, device_name, grouped_bars, peak_extra_bytes, print_profile, pyplot, write_results
 from sparse_softmax.losses import as_softmax_loss, sparse_softmax_loss
 
 LOSSES = {
@@ -29,20 +28,6 @@ LOSSES = {
     "as_softmax(δ=0.3)": lambda z, t: as_softmax_loss(z, t, 0.3),
 }
 CASES = [(4096, 32000), (1024, 8000)]
-
-
-def losses(device: str) -> dict:
-    """``LOSSES``, and on CUDA sparse_softmax also by the row kernel's other way to a row's top k
-    (``sparse_softmax_triton.BY_LANES``), so that one run times both against cross_entropy."""
-    if device != "cuda":
-        return LOSSES
-    from sparse_softmax.losses import sparse_softmax_triton as row_kernel  # Triton: CUDA builds of torch ship it
-    other = not row_kernel.BY_LANES
-
-    def sparse_softmax_other(z, t):  # the kernel runs in the forward only: backward scatters its pairs
-        with settings(row_kernel, BY_LANES=other):
-            return sparse_softmax_loss(z, t, 10)
-    return {**LOSSES, f"sparse_softmax(k=10), {'by lanes' if other else 'merging'}": sparse_softmax_other}
 
 
 def make_inputs(n: int, v: int, device: str, dtype: torch.dtype):
@@ -89,7 +74,7 @@ def main() -> None:
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     rows = []
-    fns = losses(args.device)
+    fns = LOSSES
     for case in args.cases.split(","):
         n, v = map(int, case.split("x"))
         times = time_all(fns, n, v, args.device, dtype, args.repeats)

@@ -72,13 +72,8 @@ def variants(n: int, h: int, v: int, device: str, dtype: torch.dtype) -> dict[st
             h_, w, t, "sparse_softmax", k=K).loss), full),
         f"as_softmax δ={DELTA}": (step(full, lambda h_, w, t: as_softmax(F.linear(h_, w), t, DELTA).loss), full),
     }
-    if device == "cuda":  # the fused sparse_softmax's other ways on a GPU: the row kernel's other sweep to a row's top
-        # k (sparse_softmax_triton.BY_LANES), and the deterministic backward (the weight's gradient by sorting)
-        from sparse_softmax.losses import sparse_softmax_triton as row_kernel  # Triton: CUDA builds of torch ship it
+    if device == "cuda":  # the deterministic backward of the fused sparse_softmax (the weight's gradient by sorting)
         fused = out[f"sparse_softmax k={K}, fused"][0]
-        other = "by lanes" if not row_kernel.BY_LANES else "merging"
-        out[f"sparse_softmax k={K}, fused, row kernel {other}"] = (
-            with_settings(row_kernel, fused, BY_LANES=not row_kernel.BY_LANES), full)
 
         def deterministic():
             with deterministic_algorithms():

@@ -27,8 +27,6 @@ def test_the_gpu_table_builds_and_runs_every_variant(monkeypatch):
     names = list(steps)
     k, delta = output_layer_speed.K, output_layer_speed.DELTA
     assert names[0] == "baseline: F.linear + F.cross_entropy"
-    sweeps = {f"sparse_softmax k={k}, fused, row kernel {sweep}" for sweep in ("by lanes", "merging")}
-    assert sweeps & set(names), "the row kernel's other sweep"
     assert f"sparse_softmax k={k}, fused, deterministic (weight gradient by sorting)" in names
     for share in output_layer_speed.DENSE_SHARES:
         name = f"as_softmax δ={delta}, fused, {share:.0%} dense"

@@ -14,9 +14,6 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # read when the kernel is decorated, i.e. at its import below
 pytest.importorskip("triton", reason="Triton is not installed")
 
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
 from sparse_softmax.losses import fused_output_loss, output_layer, sparse_softmax_loss  # noqa: E402
 from sparse_softmax.losses import sparse_softmax as sparse_module  # noqa: E402
 from sparse_softmax.losses import sparse_softmax_triton as kernels  # noqa: E402
@@ -40,10 +37,10 @@ def dense(classes: torch.Tensor, grad: torch.Tensor, v: int) -> torch.Tensor:
     return torch.zeros(grad.shape[0], v, dtype=grad.dtype).scatter_add_(1, classes.cpu(), grad.cpu())
 
 
-def assert_same_rows(z, target, k, smoothing):
+def assert_same_rows(z, target, k, smoothing, score=kernels.sparse_softmax_chunk_triton):
+    """``score`` (the row kernel's launch, or an alternative's) gives the PyTorch path's losses, nll and pairs."""
     want = sparse_softmax_chunk(z.clone(), target, k, smoothing, want_grad=True)  # CPU: the PyTorch path
-    got = kernels.sparse_softmax_chunk_triton(z.to(KERNEL_DEVICE), target.to(KERNEL_DEVICE), k, smoothing,
-                                              want_grad=True)
+    got = score(z.to(KERNEL_DEVICE), target.to(KERNEL_DEVICE), k, smoothing, want_grad=True)
     torch.testing.assert_close(got.loss.cpu(), want.loss, msg="loss")
     torch.testing.assert_close(got.nll.cpu(), want.nll, msg="nll")
     assert got.classes.shape == got.grad.shape == (z.shape[0], k + 1)
@@ -52,16 +49,9 @@ def assert_same_rows(z, target, k, smoothing):
                                msg="gradient")
 
 
-@pytest.fixture(params=[False, True], ids=["merging", "by-lanes"])
-def sweep(request, monkeypatch):
-    """Each way the kernel finds a row's top k (``BY_LANES``)."""
-    monkeypatch.setattr(kernels, "BY_LANES", request.param)
-    return request.param
-
-
 @pytest.mark.parametrize("n, v, k", [(1, 2, 1), (6, 7, 3), (6, 7, 7), (9, 97, 10), (5, 300, 16), (4, 300, 17)])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
-def test_kernel_matches_the_pytorch_rows(sweep, n, v, k, smoothing):
+def test_kernel_matches_the_pytorch_rows(n, v, k, smoothing):
     z, target = rows_of(n, v)
     assert_same_rows(z, target, k, smoothing)
 
@@ -71,65 +61,29 @@ def test_kernel_matches_the_pytorch_rows(sweep, n, v, k, smoothing):
 def test_kernel_across_many_blocks(monkeypatch, order, insert_limit):
     """Small blocks, so a row spans many: ascending logits put every block's top ahead of the running top k
     (a merge each block), descending ones none after the first (every later block skipped); the candidates
-    are merged by sorting (limit 0), by insertion (64: a block's every column) or by either. Then the lanes'
-    sweep over the same rows: there every lane's two largest change with each block (ascending) or never."""
+    are merged by sorting (limit 0), by insertion (64: a block's every column) or by either."""
     monkeypatch.setattr(kernels, "BLOCK", 16)
     monkeypatch.setattr(kernels, "INSERT_LIMIT", insert_limit)
     z, target = rows_of(5, 16 * 9 + 5, seed=1)
     if order != "random":
         z = z.sort(dim=1, descending=order == "descending").values
     assert_same_rows(z, target, 10, 0.0)
-    if insert_limit == 4:
-        monkeypatch.setattr(kernels, "BY_LANES", True)
-        assert_same_rows(z, target, 10, 0.0)
 
 
-@triton.jit
-def _no_sweep(z_row, V, K: tl.constexpr, BLOCK: tl.constexpr, INSERT_LIMIT: tl.constexpr):
-    """In place of the merging sweep: a top K of nothing, so a row it served has the wrong pairs."""
-    return tl.zeros([BLOCK], tl.float32), tl.zeros([BLOCK], tl.float32), tl.full([1, K], kernels.LOWEST, tl.int64)
-
-
-def lane_rows(n: int, lanes: int):
-    """Random rows of 4 lanes' width in which row 1 has its top three in lane 5, and row 3 a single finite
-    logit (both need the merging sweep); no lane of the other rows holds three of their top 10."""
-    g = torch.Generator().manual_seed(7)
-    z = torch.randn(n, 4 * lanes, generator=g)
-    z[1, [5, 5 + lanes, 5 + 3 * lanes]] = torch.tensor([9.0, 8.0, 7.0])
-    z[3] = float("-inf")
-    z[3, 2] = 0.5
-    target = torch.randint(0, 4 * lanes, (n,), generator=g)
-    target[3] = 2
-    return z, target
-
-
-@pytest.mark.skipif(KERNEL_DEVICE == "cuda", reason="swaps a kernel function, which only the interpreter allows")
-@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the NaN pairs of the rows it gave nothing
-def test_lanes_alone_choose_the_top_k_unless_one_may_be_missing(monkeypatch):
-    """The lanes' sweep with the merging sweep replaced by one that gives nothing: the rows whose top 10 lie
-    in distinct lanes come out exact all the same, and the two that needed the merging sweep do not: it
-    is taken exactly where the lanes may have missed a logit (with it, test_kernel_matches_the_pytorch_rows
-    and the assertions below show those rows exact)."""
-    monkeypatch.setattr(kernels, "BY_LANES", True)
-    monkeypatch.setattr(kernels, "BLOCK", 16)
-    z, target = lane_rows(6, 16)
-    assert_same_rows(z, target, 10, 0.0)
-    monkeypatch.setattr(kernels, "_sweep_merging", _no_sweep)
-    want = sparse_softmax_chunk(z.clone(), target, 10, 0.0, want_grad=True)
-    got = kernels.sparse_softmax_chunk_triton(z, target, 10, 0.0, want_grad=True)
-    right = torch.isclose(dense(got.classes, got.grad, z.shape[1]), dense(want.classes, want.grad, z.shape[1]))
-    assert right.all(dim=1).tolist() == [True, False, True, False, True, True]
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_kernel_reads_half_logits(sweep, dtype):
+def assert_reads_half_logits(dtype, score=kernels.sparse_softmax_chunk_triton):
+    """``score`` on half logits: float32 losses, and the PyTorch path's on the same logits in float32."""
     z, target = rows_of(6, 150, seed=2)
     z = z.to(dtype)
     want = sparse_softmax_chunk(z.float(), target, 10, 0.0, want_grad=True)
-    got = kernels.sparse_softmax_chunk_triton(z.to(KERNEL_DEVICE), target.to(KERNEL_DEVICE), 10, 0.0, want_grad=True)
+    got = score(z.to(KERNEL_DEVICE), target.to(KERNEL_DEVICE), 10, 0.0, want_grad=True)
     assert got.loss.dtype == torch.float32
     torch.testing.assert_close(got.loss.cpu(), want.loss)
     torch.testing.assert_close(dense(got.classes, got.grad, 150), dense(want.classes, want.grad, 150))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_kernel_reads_half_logits(dtype):
+    assert_reads_half_logits(dtype)
 
 
 def test_no_gradient_asked_for():
@@ -157,7 +111,7 @@ def kernel_everywhere(monkeypatch):
     """``sparse_softmax_loss`` and ``sparse_softmax_chunk`` take the kernel path on any device, and the fused
     layer its blocks (on CUDA it would take the kernels of test_output_layer_triton.py instead)."""
     monkeypatch.setattr(sparse_module, "_kernel", lambda logits, k: kernels if k <= kernels.MAX_K else None)
-    monkeypatch.setattr(output_layer, "_sparse_kernels", lambda hidden, k: None)
+    monkeypatch.setattr(output_layer, "_sparse_kernels_serve", lambda hidden, k: False)
 
 
 @pytest.mark.parametrize("reduction", ["sum", "mean", "none"])

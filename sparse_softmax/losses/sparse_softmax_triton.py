@@ -10,13 +10,6 @@ so ``_merge`` inserts them one at a time (a maximum and a replacement each, a fe
 block) and sorts (``tl.topk``, some twenty compare-and-swap passes over 64-bit keys) only a block
 with more than ``INSERT_LIMIT`` candidates in some row.
 
-That sweep reduces across the row's lanes and branches at every block. With ``BY_LANES`` it does
-neither: each of the BLOCK lanes (columns ≡ j mod BLOCK) keeps its two largest logits and the largest
-it let go, elementwise, and the top k is chosen from the kept ones once, at the end. It is exact unless
-a lane let go of a logit above the chosen k-th, i.e. held three of the row's top k (about C(k, 3) / BLOCK²
-of rows of random logits), or the row has fewer than k finite logits: such a row is swept again by
-merging, in the same program.
-
 Value and column travel together as one int64 key, so that ``tl.topk`` (values only) selects both: the
 float's bits made order-preserving as a signed int32 in the high half, the column in the low half
 (ties go to the higher column; any tie-break is a valid top k).
@@ -41,13 +34,7 @@ BLOCK, NUM_WARPS = 1024, 2
 MAX_K = 128
 #: Most candidates a row of a block may have for them to be inserted one by one rather than sorted in.
 INSERT_LIMIT = 4
-#: How a row's top k is found: merged block by block as the row is read (False), or chosen at the end from
-#: the two largest logits of each of the BLOCK lanes, which the sweep keeps with no reduction or branch
-#: per block; a row where that may miss one (a lane let go of a logit above the k-th) is swept again by
-#: merging. benchmarks/kernel_tuning.py times both.
-BY_LANES = False
 LOWEST = tl.constexpr(-0x7FFFFFFFFFFFFFFF - 1)  # below every key (a -inf logit's key included)
-HIGHEST = tl.constexpr(0x7FFFFFFFFFFFFFFF)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -150,58 +137,31 @@ def _sweep_merging(z_row, V, K: tl.constexpr, BLOCK: tl.constexpr, INSERT_LIMIT:
 
 
 @triton.jit
-def _sweep_lanes(z_row, V, BLOCK: tl.constexpr):
-    """One sweep over a row with no reduction and no branch in it: its lanes' maxima and sums, each lane's
-    two largest logits with their columns (-1: none yet; -inf logits never enter), and the largest logit
-    each lane let go."""
-    cols = tl.arange(0, BLOCK)
-    lane_max = tl.full([BLOCK], float("-inf"), tl.float32)
-    lane_sum = tl.zeros([BLOCK], tl.float32)
-    first_col = tl.full([BLOCK], -1, tl.int32)
-    second = tl.full([BLOCK], float("-inf"), tl.float32)
-    second_col = tl.full([BLOCK], -1, tl.int32)
-    let_go = tl.full([BLOCK], float("-inf"), tl.float32)
-    for start in tl.range(0, V, BLOCK):
-        z = tl.load(z_row + start + cols, mask=start + cols < V, other=float("-inf")).to(tl.float32)
-        above_first, above_second = z > lane_max, z > second
-        let_go = tl.maximum(let_go, tl.where(above_second, second, z))
-        second = tl.where(above_first, lane_max, tl.where(above_second, z, second))
-        second_col = tl.where(above_first, first_col, tl.where(above_second, start + cols, second_col))
-        first_col = tl.where(above_first, start + cols, first_col)
-        lane_max, lane_sum = _online_lse(lane_max, lane_sum, z)
-    return lane_max, lane_sum, first_col, second, second_col, let_go
-
-
-@triton.jit
-def _lane_keys(z, cols):
-    """``_keys`` of the lanes' kept logits, LOWEST where a lane kept none."""
-    return tl.where(cols >= 0, _keys(z, cols), LOWEST)
-
-
-@triton.jit
 def _sparse_softmax_row(z_ptr, z_stride, target_ptr, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr, V,
-                        WANT_GRAD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr, INSERT_LIMIT: tl.constexpr,
-                        BY_LANES: tl.constexpr):
+                        WANT_GRAD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr, INSERT_LIMIT: tl.constexpr):
     row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)  # the row, as a block of one for _finish_rows
     z_row = z_ptr + tl.program_id(0).to(tl.int64) * z_stride
     target = tl.load(target_ptr + row)
     z_t = tl.load(z_row + target).to(tl.float32)
-    if BY_LANES:
-        lane_max, lane_sum, first_col, second, second_col, let_go = _sweep_lanes(z_row, V, BLOCK)
-        kept = tl.reshape(tl.join(_lane_keys(lane_max, first_col), _lane_keys(second, second_col)), [1, 2 * BLOCK])
-        best = tl.topk(kept, K)
-        kth = tl.min(tl.where(tl.arange(0, K)[None, :] < k, best, HIGHEST), axis=1)
-        kth_value = _unkey(kth)[0]
-        # Exact unless a lane let go of a logit above the k-th chosen (three of the top k in one lane: about
-        # C(k, 3) / BLOCK² of random rows), or fewer than k logits were finite: then the merging sweep.
-        if tl.max(((tl.max(let_go, axis=0) > kth_value) | (kth == LOWEST)).to(tl.int32), axis=0) > 0:
-            best = _sweep_merging(z_row, V, K, BLOCK, INSERT_LIMIT)[2]
-    else:
-        lane_max, lane_sum, best = _sweep_merging(z_row, V, K, BLOCK, INSERT_LIMIT)
+    lane_max, lane_sum, best = _sweep_merging(z_row, V, K, BLOCK, INSERT_LIMIT)
+    _finish_row(best, lane_max, lane_sum, z_t, row, target, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr,
+                WANT_GRAD, K)
+
+
+@triton.jit
+def _finish_row(best, lane_max, lane_sum, z_t, row, target, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr,
+                WANT_GRAD: tl.constexpr, K: tl.constexpr):
+    """``_finish_rows`` for one row swept by lanes: its nll from the lanes' maxima and sums."""
     top = tl.max(lane_max, axis=0)
     nll = tl.log(tl.sum(lane_sum * tl.exp(lane_max - top), axis=0)) + top - z_t
     _finish_rows(best, z_t, nll, row, row >= 0, target, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr,
                  WANT_GRAD, K)
+
+
+def block_for(v: int, top: int) -> int:
+    """The logits a program loads at once from a row of ``v``: ``BLOCK``, fewer for a short row, never fewer than
+    the top k's width ``top`` (a block must hold at least K columns for its top K)."""
+    return max(top, min(BLOCK, triton.next_power_of_2(v)))
 
 
 def top_width(k: int) -> int:
@@ -226,9 +186,9 @@ def sparse_softmax_chunk_triton(z: Tensor, target: Tensor, k: int, label_smoothi
     if z.stride(1) != 1:
         z = z.contiguous()
     out, (classes, grad) = empty_rows(n, k, z.device, want_grad)
-    top = top_width(k)  # a block must hold at least K columns for its top K
+    top = top_width(k)
     if n:
         _sparse_softmax_row[(n,)](z, z.stride(0), target, k, float(label_smoothing), out.loss, out.nll, classes, grad,
-                                  v, WANT_GRAD=want_grad, K=top, BLOCK=max(top, min(BLOCK, triton.next_power_of_2(v))),
-                                  INSERT_LIMIT=INSERT_LIMIT, BY_LANES=BY_LANES, num_warps=NUM_WARPS)
+                                  v, WANT_GRAD=want_grad, K=top, BLOCK=block_for(v, top), INSERT_LIMIT=INSERT_LIMIT,
+                                  num_warps=NUM_WARPS)
     return out
