@@ -6,8 +6,8 @@ registers and spills as ``ptxas`` reports them, with how many of its programs an
 
 Each kernel is compiled with the arguments its own launch function passes it, captured instead of launched (bf16
 inputs, the modules' default settings, and each alternative: the row kernel and its lanes' sweep
-(``experiments/kernels``), the AS kernel with δ < 1 and δ = 1 and with its pairs, the sparse layer's backward with the weight's gradient by
-atomic adds or by sorting (deterministic algorithms) and with a count of pairs a row, and the sorted sum's two
+(``experiments/kernels``), the AS kernel with δ < 1 and δ = 1 and with its few-class rows as pairs (``experiments/kernels``), the sparse layer's
+backward with the weight's gradient by atomic adds or by sorting (deterministic algorithms), and the sorted sum's two
 launches; the row kernel and the backward also at the largest k they take, which asks for the most registers). ``--tuning`` adds the settings
 benchmarks/kernel_tuning.py times. Needs a Triton with its NVIDIA backend (its wheels bring ``ptxas``); exits 1 if
 a kernel does not compile.
@@ -37,6 +37,7 @@ from measure import ROOT, deterministic_algorithms, settings
 from sparse_softmax.losses import as_softmax_triton, output_layer_triton, sparse_softmax_triton
 
 sys.path.insert(0, str(ROOT / "experiments" / "kernels"))  # the alternatives a GPU run has yet to decide
+import as_pairs  # noqa: E402
 import lanes_sweep  # noqa: E402
 
 TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int64: "i64",
@@ -122,10 +123,8 @@ def launches(tuning: bool) -> dict[str, tuple]:
         """k + 1 gradient pairs a row, of three classes: more pairs a class than a small PIECE."""
         return torch.randint(0, 3, (n, top + 1), generator=g), torch.randn(n, top + 1, generator=g)
 
-    def backward(top: int = k, counted: bool = False):
-        counts = torch.randint(1, top + 2, (n,), generator=g, dtype=torch.int32) if counted else None
-        layer.sparse_layer_backward_triton(hidden, weight, rows, *pairs(top), torch.zeros(n, h), torch.zeros(v, h),
-                                           counts)
+    def backward(top: int = k):
+        layer.sparse_layer_backward_triton(hidden, weight, rows, *pairs(top), torch.zeros(n, h), torch.zeros(v, h))
 
     def sorted_backward():  # the sorted sum's launches compiled apart, below: here they are not made
         with settings(layer, sorted_weight_gradient=lambda *args: None), deterministic_algorithms():
@@ -136,10 +135,12 @@ def launches(tuning: bool) -> dict[str, tuple]:
         layer.sorted_weight_gradient(hidden, rows.repeat_interleave(k + 1), classes.flatten(), grad.flatten(),
                                      torch.zeros(v, h))
 
-    def as_kernel(delta: float, cap: int = 0):
-        pairs = as_softmax_triton.KeptPairs.empty(n, cap, z.device) if cap else None
+    def as_kernel(delta: float):
         return (as_softmax_triton._as_softmax_row, lambda: as_softmax_triton.as_softmax_rows_triton(
-            z, target, weights, delta, True, in_place=True, pairs=pairs), as_softmax_triton)
+            z, target, weights, delta, True, in_place=True), as_softmax_triton)
+
+    def as_kernel_pairs():
+        return as_pairs.as_softmax_rows_pairs_triton(z, target, weights, 0.3, as_pairs.KeptPairs.empty(n, 32, z.device))
 
     out = {
         "Sparse-softmax row kernel": (row._sparse_softmax_row, row_kernel, row, {}),
@@ -148,12 +149,11 @@ def launches(tuning: bool) -> dict[str, tuple]:
         f"Sparse-softmax row kernel by lanes, k = {most}": (lanes, lambda: by_lanes(most), row, {}),
         "AS row kernel, δ = 0.3": (*as_kernel(0.3), {}),
         "AS row kernel, δ = 1 (cross_entropy)": (*as_kernel(1.0), {}),
-        "AS row kernel, δ = 0.3, rows keeping few classes as pairs": (*as_kernel(0.3, cap=32), {}),
+        "AS row kernel, δ = 0.3, rows keeping few classes as pairs (experiments/kernels)": (
+            as_pairs._as_softmax_row_pairs, as_kernel_pairs, as_softmax_triton, {}),
         "layer's backward, weight gradient by atomic adds": (layer._sparse_layer_backward, backward, layer, {}),
         f"layer's backward, weight gradient by atomic adds, k = {most}": (
             layer._sparse_layer_backward, lambda: backward(most), layer, {}),
-        "layer's backward, a count of pairs a row (AS rows as pairs)": (
-            layer._sparse_layer_backward, lambda: backward(counted=True), layer, {}),
         "layer's backward, weight gradient by sorting": (layer._sparse_layer_backward, sorted_backward, layer, {}),
         "sorted weight gradient, pieces": (layer._sum_pieces, sorted_sum, layer, {}),
         "sorted weight gradient, split classes' pieces added": (layer._sum_pieces, sorted_sum, layer, {"PIECE": 4}),

@@ -25,15 +25,12 @@ import torch
 import torch.nn.functional as F
 
 from measure import (best_times, deterministic_algorithms, device_name, grouped_bars, peak_extra_bytes, print_profile,
-                     pyplot, with_settings, write_results)
-from sparse_softmax.losses import as_softmax, fused_output_loss, output_layer, sparse_softmax_loss
+                     pyplot, write_results)
+from sparse_softmax.losses import as_softmax, fused_output_loss, sparse_softmax_loss
 
 CASES = "1024x256x8000,4096x512x32000,8192x1024x50000"
 DENSE_SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
 K, DELTA = 10, 0.3
-#: AS rows keeping at most this many classes hand their gradient over as pairs (``output_layer.AS_PAIRS``), in
-#: the variants that time what the default does not.
-AS_PAIRS = 32
 
 
 def make_case(n: int, h: int, v: int, dense_share: float, device: str, dtype: torch.dtype, seed: int = 0):
@@ -84,10 +81,6 @@ def variants(n: int, h: int, v: int, device: str, dtype: torch.dtype) -> dict[st
         data = make_case(n, h, v, share, device, dtype, seed=1)
         name = f"as_softmax δ={DELTA}, fused, {share:.0%} dense"
         out[name] = (step(data, lambda h_, w, t: fused_output_loss(h_, w, t, "as_softmax", delta=DELTA).loss), data)
-        if device == "cuda" and share < 1:  # the sparse rows' gradients as pairs, or by the products
-            pairs = 0 if output_layer.AS_PAIRS else AS_PAIRS
-            out[f"{name}, {f'pairs ≤ {pairs}' if pairs else 'no pairs'}"] = (
-                with_settings(output_layer, out[name][0], AS_PAIRS=pairs), data)
     return out
 
 

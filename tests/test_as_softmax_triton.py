@@ -15,8 +15,7 @@ pytest.importorskip("triton", reason="Triton is not installed")
 
 from sparse_softmax.losses import _common, as_softmax_loss, fused_output_loss, output_layer  # noqa: E402
 from sparse_softmax.losses import as_softmax_triton as as_triton  # noqa: E402
-from sparse_softmax.losses import output_layer_triton  # noqa: E402
-from sparse_softmax.losses.as_softmax import as_softmax_chunk, as_softmax_rows  # noqa: E402
+from sparse_softmax.losses.as_softmax import as_softmax_rows  # noqa: E402
 from sparse_softmax.losses.as_softmax_triton import as_softmax_rows_triton  # noqa: E402
 from test_fused_output_layer import IGNORE, Allocations, as_mix  # noqa: E402
 
@@ -102,41 +101,13 @@ def test_in_place_writes_the_gradient_over_the_logits():
                                in_place=True)
 
 
-@pytest.mark.parametrize("cap", [1, 2, 5])
-def test_rows_keeping_few_classes_write_their_gradient_as_pairs(cap):
-    """With ``pairs`` a row that keeps 2 to ``cap`` classes writes its kept classes (in column order) and their
-    gradient values there instead of its gradient row; the others write their gradient rows as before; every
-    row's kept count is written. Against the PyTorch path's gradient and kept counts."""
-    z, target, weight = mixed_rows(30, 300, seed=6)  # masked rows keep 1 class, sparse ones 2, dense ones more
-    want = as_softmax_rows(z.clone(), target, weight, 0.3, want_grad=True)
-    kept = as_softmax_chunk(z.clone(), target, 0.3, want_grad=False).kept
-    pairs = as_triton.KeptPairs.empty(30, cap, KERNEL_DEVICE)
-    buffer = z.to(KERNEL_DEVICE)
-    got = as_softmax_rows_triton(buffer, target.to(KERNEL_DEVICE), weight.to(KERNEL_DEVICE), 0.3, want_grad=True,
-                                 in_place=True, pairs=pairs)
-    for name, a, b in zip(("loss", "nll", "masked", "dense"), got, want):
-        torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-6, msg=name)
-    assert (pairs.kept.cpu() == kept).all(), "kept counts"
-    as_pairs = (kept > 1) & (kept <= cap)
-    assert as_pairs.any() == (cap > 1), "rows that keep two classes are written as pairs when cap allows"
-    for row in range(30):
-        if kept[row] > cap:
-            torch.testing.assert_close(buffer[row].cpu(), want[4][row], rtol=1e-5, atol=1e-6)
-        elif as_pairs[row]:
-            columns = want[4][row].nonzero().squeeze(1)
-            assert pairs.classes[row, :kept[row]].cpu().tolist() == columns.tolist(), f"row {row}'s classes"
-            torch.testing.assert_close(pairs.values[row, :kept[row]].cpu(), want[4][row, columns], rtol=1e-5,
-                                       atol=1e-6)
-
-
-@pytest.mark.parametrize("loss, reduction, bias, pairs", [
-    ("cross_entropy", "sum", False, 0), ("cross_entropy", "none", True, 0), ("as_softmax", "mean", True, 0),
-    ("as_softmax", "none", False, 0), ("as_softmax", "mean", True, 4), ("as_softmax", "none", False, 4),
+@pytest.mark.parametrize("loss, reduction, bias", [
+    ("cross_entropy", "sum", False), ("cross_entropy", "none", True), ("as_softmax", "mean", True),
+    ("as_softmax", "none", False),
 ])
-def test_fused_output_loss_by_the_row_kernel_matches_the_blocks(monkeypatch, loss, reduction, bias, pairs):
+def test_fused_output_loss_by_the_row_kernel_matches_the_blocks(monkeypatch, loss, reduction, bias):
     """``fused_output_loss`` on a GPU: cross_entropy (as AS with δ = 1) and as_softmax blocks scored by the
-    kernel, against the CPU's block path, with ignored rows, masked and sparse rows (AS) and small blocks; AS
-    also with its sparse rows' gradients as pairs (``AS_PAIRS``) through the sparse layer's backward kernel."""
+    kernel, against the CPU's block path, with ignored rows, masked and sparse rows (AS) and small blocks."""
     g = torch.Generator().manual_seed(5)
     n, h, v = 40, 16, 300
     weight = torch.nn.functional.normalize(torch.randn(v, h, generator=g), dim=1)
@@ -149,8 +120,6 @@ def test_fused_output_loss_by_the_row_kernel_matches_the_blocks(monkeypatch, los
     row_scale = torch.rand(n, generator=g) if reduction == "none" else torch.ones(())
     monkeypatch.setitem(_common._CHUNK_ELEMENTS, ("cpu", True), 12 * v)  # fused blocks of H = 16 rows on the CPU
     monkeypatch.setitem(_common._ACCELERATOR_CHUNK_ELEMENTS, True, 12 * v)  # and on CUDA
-    monkeypatch.setattr(output_layer, "AS_PAIRS", pairs)
-    monkeypatch.setattr(output_layer_triton, "BACKWARD_BLOCK_H", 8)  # the hidden units in two parts
     results = []
     for path in ("kernel", "blocks"):
         monkeypatch.setattr(output_layer, "kernel_for", (lambda tensor, module: as_triton) if path == "kernel"

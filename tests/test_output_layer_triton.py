@@ -79,11 +79,9 @@ def gradient_pairs(n: int, pairs: int, v: int, seed: int = 0):
 
 @pytest.mark.parametrize("piece", [4, 5, 1024])
 @pytest.mark.parametrize("by_sorting", [False, True], ids=["atomic", "sorted"])
-@pytest.mark.parametrize("counted", [False, True], ids=["every pair", "counted pairs"])
-def test_backward_kernels_add_the_pairs_gradients(monkeypatch, piece, by_sorting, counted):
+def test_backward_kernels_add_the_pairs_gradients(monkeypatch, piece, by_sorting):
     """dL/dh and dL/dW from the pairs against a float64 gather and scatter of them, added to what the
-    gradients held; by sorting with classes in several pieces (PIECE 4 and 5, with a remainder) and in one;
-    every pair of a row, or (AS-Softmax's rows) only a row's first few, the rest holding values that count."""
+    gradients held; by sorting with classes in several pieces (PIECE 4 and 5, with a remainder) and in one."""
     monkeypatch.setattr(kernels, "PIECE", piece)
     monkeypatch.setattr(kernels, "BACKWARD_BLOCK_H", 16)
     monkeypatch.setattr(kernels, "PIECE_BLOCK", 4)
@@ -91,17 +89,15 @@ def test_backward_kernels_add_the_pairs_gradients(monkeypatch, piece, by_sorting
     hidden, weight, _, _ = layer(n + 5, h, v, seed=3)
     rows = torch.randperm(n + 5)[:n]
     classes, grad = gradient_pairs(n, pairs, v)
-    counts = torch.randint(1, pairs + 1, (n,)) if counted else torch.full((n,), pairs)
-    given = (torch.arange(pairs) < counts[:, None]).double()
     grad_hidden, grad_weight = torch.randn(n + 5, h), torch.randn(v, h)
     want_hidden = grad_hidden.double().index_add(
-        0, rows, (given[:, :, None] * grad[:, :, None].double() * weight.double()[classes]).sum(dim=1))
+        0, rows, (grad[:, :, None].double() * weight.double()[classes]).sum(dim=1))
     want_weight = grad_weight.double().index_add(0, classes.flatten(), (
-        given[:, :, None] * grad[:, :, None].double() * hidden.double()[rows, None, :]).flatten(0, 1))
+        grad[:, :, None].double() * hidden.double()[rows, None, :]).flatten(0, 1))
     want_hidden[rows] -= grad_hidden.double()[rows]  # a counted row's gradient is stored, not added
     on = [x.to(DEVICE) for x in (hidden, weight, rows, classes, grad, grad_hidden, grad_weight)]
     with deterministic(by_sorting):
-        kernels.sparse_layer_backward_triton(*on, counts=counts.to(DEVICE) if counted else None)
+        kernels.sparse_layer_backward_triton(*on)
     torch.testing.assert_close(on[5].cpu(), want_hidden.float(), msg="grad hidden")
     torch.testing.assert_close(on[6].cpu(), want_weight.float(), msg="grad weight")
 

@@ -14,14 +14,8 @@ the second sweep is skipped.
 
 Masked rows (the target alone is kept) get loss 0 and gradient exactly 0, as in the PyTorch path.
 Float64 logits stay on the PyTorch path (the kernel computes in float32).
-
-For the fused output layer a row's gradient may instead leave as pairs (``KeptPairs``): a row that keeps at
-most ``cap`` classes writes its kept classes and their gradient values, a few numbers where its dense row would
-be V, and a masked row writes nothing; the layer's sparse backward then touches only those classes' weight rows.
 """
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import torch
 import triton
@@ -38,15 +32,9 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @triton.jit
-def _as_softmax_row(z_ptr, z_stride, target_ptr, weight_ptr, delta, loss_ptr, nll_ptr, kept_ptr,
-                    grad_ptr, grad_stride, classes_ptr, values_ptr, V, CAP: tl.constexpr, WANT_GRAD: tl.constexpr,
-                    ALL_KEPT: tl.constexpr, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    z_row = z_ptr + row * z_stride
-    target = tl.load(target_ptr + row)
-    z_t = tl.load(z_row + target).to(tl.float32)
+def _row_statistics(z_row, z_t, V, delta, ALL_KEPT: tl.constexpr, BLOCK: tl.constexpr):
+    """Sweeps (1) and (2) of a row: its maximum ``top``, Σ e, the cutoff, the kept mass Σ_kept e and count."""
     cols = tl.arange(0, BLOCK)
-
     # (1) per-lane running maximum and sum of exp(z - max), merged at the end (online softmax)
     lane_max = tl.full([BLOCK], float("-inf"), tl.float32)
     lane_sum = tl.zeros([BLOCK], tl.float32)
@@ -55,8 +43,7 @@ def _as_softmax_row(z_ptr, z_stride, target_ptr, weight_ptr, delta, loss_ptr, nl
         lane_max, lane_sum = _online_lse(lane_max, lane_sum, z)
     top = tl.max(lane_max, axis=0)
     total = tl.sum(lane_sum * tl.exp(lane_max - top), axis=0)
-    log_e_t = z_t - top
-    cutoff = tl.exp(log_e_t) - delta * total
+    cutoff = tl.exp(z_t - top) - delta * total
 
     # (2) the kept classes' mass and count. A cutoff of at most 0 (p_t ≤ δ) keeps every class (e ≥ 0): no
     # sweep. With δ ≥ 1 (cross_entropy) that holds exactly, so the cutoff is made -inf, not left to rounding.
@@ -75,57 +62,47 @@ def _as_softmax_row(z_ptr, z_stride, target_ptr, weight_ptr, delta, loss_ptr, nl
             kept_count += keep.to(tl.int32)
         kept_mass = tl.sum(kept_sum, axis=0)
         kept = tl.sum(kept_count, axis=0)
-    masked = kept == 1
-    tl.store(loss_ptr + row, tl.where(masked, 0.0, tl.log(kept_mass) - log_e_t))
-    tl.store(nll_ptr + row, tl.log(total) - log_e_t)
-    tl.store(kept_ptr + row, kept)
+    return top, total, cutoff, kept_mass, kept
 
-    # (3) the weighted gradient. e / Σ_kept e, not e times its inverse: on a masked row Σ_kept e = e_t,
-    # so the target's entry is exactly 1 - 1 and the whole row exactly 0. A row keeping at most CAP classes
-    # (CAP > 0) writes them as (class, value) pairs, in column order; a masked row, nothing.
+
+@triton.jit
+def _gradient_block(z_row, start, V, target, top, cutoff, kept_mass, weight, BLOCK: tl.constexpr):
+    """Sweep (3) at the block of columns from ``start``: the weighted gradient ``w·(e/Σ_kept e on kept classes -
+    onehot(t))``, which columns are kept and which are inside the row. e / Σ_kept e, not e times its inverse: on a
+    masked row Σ_kept e = e_t, so the target's entry is exactly 1 - 1 and the whole row exactly 0."""
+    cols = start + tl.arange(0, BLOCK)
+    inside = cols < V
+    e = tl.exp(tl.load(z_row + cols, mask=inside, other=float("-inf")).to(tl.float32) - top)
+    keep = inside & (e >= cutoff)
+    g = (tl.where(keep, e / kept_mass, 0.0) - tl.where(cols == target, 1.0, 0.0)) * weight
+    return g, keep, inside
+
+
+@triton.jit
+def _as_softmax_row(z_ptr, z_stride, target_ptr, weight_ptr, delta, loss_ptr, nll_ptr, kept_ptr, grad_ptr,
+                    grad_stride, V, WANT_GRAD: tl.constexpr, ALL_KEPT: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    z_row = z_ptr + row * z_stride
+    target = tl.load(target_ptr + row)
+    z_t = tl.load(z_row + target).to(tl.float32)
+    top, total, cutoff, kept_mass, kept = _row_statistics(z_row, z_t, V, delta, ALL_KEPT, BLOCK)
+    tl.store(loss_ptr + row, tl.where(kept == 1, 0.0, tl.log(kept_mass) - (z_t - top)))
+    tl.store(nll_ptr + row, tl.log(total) - (z_t - top))
+    tl.store(kept_ptr + row, kept)
     if WANT_GRAD:
         weight = tl.load(weight_ptr + row).to(tl.float32)
-        grad_row = grad_ptr + row * grad_stride
-        as_pairs = kept <= CAP
-        if (kept > 1) | ~as_pairs:
-            written = tl.zeros([], tl.int32)  # pairs written so far
-            for start in tl.range(0, V, BLOCK):
-                inside = start + cols < V
-                e = tl.exp(tl.load(z_row + start + cols, mask=inside, other=float("-inf")).to(tl.float32) - top)
-                keep = inside & (e >= cutoff)
-                g = (tl.where(keep, e / kept_mass, 0.0) - tl.where(start + cols == target, 1.0, 0.0)) * weight
-                if as_pairs:
-                    at = row * CAP + written + tl.cumsum(keep.to(tl.int32), axis=0) - 1
-                    tl.store(classes_ptr + at, start + cols, mask=keep)
-                    tl.store(values_ptr + at, g, mask=keep)
-                    written += tl.sum(keep.to(tl.int32), axis=0)
-                else:
-                    tl.store(grad_row + start + cols, g.to(grad_ptr.dtype.element_ty), mask=inside)
-
-
-class KeptPairs(NamedTuple):
-    """Where ``as_softmax_rows_triton`` writes, for rows that keep few classes, their gradient as pairs: each
-    row's kept count, and for a row that keeps 2 to ``cap`` classes its first ``kept`` (class, value) pairs."""
-
-    kept: Tensor  # (n,) int32
-    classes: Tensor  # (n, cap) int64
-    values: Tensor  # (n, cap) float32
-
-    @staticmethod
-    def empty(n: int, cap: int, device: torch.device) -> "KeptPairs":
-        return KeptPairs(torch.empty(n, dtype=torch.int32, device=device),
-                         torch.empty(n, cap, dtype=torch.int64, device=device),
-                         torch.empty(n, cap, dtype=torch.float32, device=device))
+        for start in tl.range(0, V, BLOCK):
+            g, _, inside = _gradient_block(z_row, start, V, target, top, cutoff, kept_mass, weight, BLOCK)
+            tl.store(grad_ptr + row * grad_stride + start + tl.arange(0, BLOCK), g.to(grad_ptr.dtype.element_ty),
+                     mask=inside)
 
 
 def as_softmax_rows_triton(logits: Tensor, target: Tensor, weight: Tensor, delta: float, want_grad: bool,
-                           in_place: bool = False, pairs: KeptPairs | None = None):
+                           in_place: bool = False):
     """``as_softmax_rows`` for float32/16 logits on a GPU (or the CPU under ``TRITON_INTERPRET=1``):
     row losses, nll, masked and dense flags, and the gradient of ``Σ weight · loss`` in the logits' dtype,
     written over the (contiguous) logits with ``in_place``: each program reads a block of its row before it
-    writes the block's gradient, and no program reads another's row. With ``pairs`` (buffers of at least n
-    rows) each row's kept count is written there, and a row that keeps at most ``pairs.classes.shape[1]``
-    classes writes its gradient there as pairs, not in the gradient's row (a masked row writes none)."""
+    writes the block's gradient, and no program reads another's row."""
     n, v = logits.shape
     if logits.stride(1) != 1:
         if in_place:
@@ -133,12 +110,15 @@ def as_softmax_rows_triton(logits: Tensor, target: Tensor, weight: Tensor, delta
         logits = logits.contiguous()
     row_loss = torch.empty(n, dtype=torch.float32, device=logits.device)
     nll = torch.empty_like(row_loss)
-    kept = torch.empty(n, dtype=torch.int32, device=logits.device) if pairs is None else pairs.kept[:n]
+    kept = torch.empty(n, dtype=torch.int32, device=logits.device)
     grad = (logits if in_place else torch.empty_like(logits)) if want_grad else row_loss  # the kernel ignores it then
-    classes, values = (kept, row_loss) if pairs is None else (pairs.classes, pairs.values)  # ignored with CAP 0
     if n:
-        _as_softmax_row[(n,)](logits, logits.stride(0), target, weight, float(delta), row_loss, nll, kept,
-                              grad, grad.stride(0), classes, values, v, CAP=0 if pairs is None else classes.shape[1],
-                              WANT_GRAD=want_grad, ALL_KEPT=delta >= 1.0, BLOCK=min(BLOCK, triton.next_power_of_2(v)),
+        _as_softmax_row[(n,)](logits, logits.stride(0), target, weight, float(delta), row_loss, nll, kept, grad,
+                              grad.stride(0), v, WANT_GRAD=want_grad, ALL_KEPT=delta >= 1.0, BLOCK=block_for(v),
                               num_warps=NUM_WARPS)
     return row_loss, nll, kept == 1, kept == v, grad if want_grad else None
+
+
+def block_for(v: int) -> int:
+    """The logits a program loads at once from a row of ``v``: ``BLOCK``, fewer for a short row."""
+    return min(BLOCK, triton.next_power_of_2(v))

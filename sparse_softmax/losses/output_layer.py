@@ -45,14 +45,6 @@ LOSSES = ("cross_entropy", "sparse_softmax", "as_softmax")
 #: An AS row keeping more than this share of the classes takes the dense products: gathering and
 #: scattering weight rows one by one costs more per class than the matrix products do.
 _DENSE_SHARE = 1 / 16
-#: On a GPU, AS rows that keep at most this many classes (and more than the target alone: a masked row has no
-#: gradient) hand their gradient over as (class, value) pairs to the sparse_softmax layer's backward kernels,
-#: which touch only those classes' weight rows, instead of taking the two products with the rows that keep more
-#: (a row's share of the products costs the same whatever it keeps). 0: every row with a gradient takes the
-#: products. Off until a GPU has timed it: ``output_layer_speed.py`` times it at each share of dense rows.
-AS_PAIRS = 0
-
-
 class _Spec(NamedTuple):
     loss: str
     k: int
@@ -103,6 +95,16 @@ class _Gradients:
         if self.grad_bias is not None:
             self.grad_bias.add_(grad.sum(dim=0, dtype=self.dtype))
 
+    def live_rows(self, ids: Tensor, h: Tensor, grad: Tensor, live: Tensor) -> None:
+        """The dense products of a block (rows ``ids`` of hidden, features ``h``, logit gradient ``grad``) for the
+        rows where ``live`` (B,) holds only: every row as it is, or the live ones moved to the front of the
+        block's own buffer (``_rows_to_front``)."""
+        live = live.nonzero().squeeze(1)
+        if live.numel() == ids.numel():
+            self.dense(ids, h, grad)
+        elif live.numel():
+            self.dense(ids[live], h[live], _rows_to_front(grad, live))
+
     def block(self, ids: Tensor, h: Tensor, grad: Tensor, product_rows: list[Tensor],
               entries: list[tuple[Tensor, Tensor, Tensor]]) -> None:
         """A block's share: rows ``ids`` of hidden, their features ``h`` and logit gradient ``grad``; the
@@ -117,17 +119,13 @@ class _Gradients:
         if entries:
             self.sparse(ids, h, *(torch.cat(parts) for parts in zip(*entries)))
 
-    def pairs(self, hidden: Tensor, rows: Tensor, classes: Tensor, values: Tensor,
-              counts: Tensor | None = None) -> None:
+    def pairs(self, hidden: Tensor, rows: Tensor, classes: Tensor, values: Tensor) -> None:
         """Rows ``rows`` of ``hidden`` whose logit gradient is given as (class, value) pairs, ``classes`` and
-        ``values`` (n, P) (with ``counts``, a row's first counts[i]): their gradients by the sparse layer's
-        backward kernels (GPU)."""
-        kernels = triton_kernels("output_layer_triton")
-        kernels.sparse_layer_backward_triton(hidden, self.weight, rows, classes, values, self.grad_hidden,
-                                             self.grad_weight, counts)
+        ``values`` (n, P): their gradients by the sparse layer's backward kernels (GPU)."""
+        triton_kernels("output_layer_triton").sparse_layer_backward_triton(
+            hidden, self.weight, rows, classes, values, self.grad_hidden, self.grad_weight)
         if self.grad_bias is not None:
-            given = kernels.given_pairs(classes, counts)
-            self.grad_bias.index_add_(0, classes[given], values[given])
+            self.grad_bias.index_add_(0, classes.flatten(), values.flatten())
 
     def sparse(self, rows: Tensor, h: Tensor, entry_rows: Tensor, classes: Tensor, grad: Tensor) -> None:
         """Single entries ``grad`` of the logit gradient of the rows ``rows`` (features ``h (B, H)``), at
@@ -307,7 +305,7 @@ def _score_rows_by_row_kernel(kernel, hidden: Tensor, weight: Tensor, bias: Tens
     """``_score_rows`` on a GPU for cross_entropy and as_softmax: each block's logits in the inputs' dtype (as
     the layer's), scored whole by the AS row kernel, which writes the weighted gradient over them; then the
     two products for the rows that have a gradient (AS's masked rows have none), also for AS rows that keep
-    few classes (which the CPU path gathers entry by entry), unless ``AS_PAIRS`` hands those over as pairs."""
+    few classes (which the CPU path gathers entry by entry)."""
     n = rows.numel()
     delta = 1.0 if spec.loss == "cross_entropy" else spec.delta
     want = row_weight is not None
@@ -318,24 +316,11 @@ def _score_rows_by_row_kernel(kernel, hidden: Tensor, weight: Tensor, bias: Tens
     dense = torch.empty_like(masked)
     grads = _Gradients(hidden, weight, bias, dtype) if want else None
     scale = row_weight if want else loss  # read by the kernel only for the gradient
-    cap = AS_PAIRS if want and spec.loss == "as_softmax" else 0
-    pairs = kernel.KeptPairs.empty(n, cap, hidden.device) if cap else None
     for done, ids, h, z in _logit_blocks(hidden, weight, bias, rows, hidden.dtype):  # z: logits, then gradient
-        few = None if pairs is None else kernel.KeptPairs(*(part[done] for part in pairs))
         loss[done], nll[done], masked[done], dense[done], grad = kernel.as_softmax_rows_triton(
-            z, target[done], scale[done], delta, want, in_place=True, pairs=few)
-        if not want:
-            continue
-        products = ~masked[done] if few is None else few.kept > cap  # the block's rows that take the products
-        live = products.nonzero().squeeze(1)
-        if live.numel() == ids.numel():
-            grads.dense(ids, h, grad)
-        elif live.numel():
-            grads.dense(ids[live], h[live], _rows_to_front(grad, live))
-        if few is not None:
-            some = ((few.kept > 1) & ~products).nonzero().squeeze(1)  # the rows that keep 2 to cap classes
-            if some.numel():
-                grads.pairs(hidden, ids[some], few.classes[some], few.values[some], few.kept[some])
+            z, target[done], scale[done], delta, want, in_place=True)
+        if want:
+            grads.live_rows(ids, h, grad, ~masked[done])
     return _scores(loss, nll, masked, dense, grads)
 
 

@@ -50,11 +50,10 @@ def _gathered_sum(x_ptr, x_stride, index_ptr, scale_ptr, start, end, u, in_h, BL
 
 
 @triton.jit
-def _sparse_layer_backward(classes_ptr, grad_ptr, counts_ptr, rows_ptr, h_ptr, h_stride, w_ptr, w_stride, gh_ptr,
-                           gw_ptr, H, PAIRS, COUNTED: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_H: tl.constexpr,
-                           ATOMIC_WEIGHT: tl.constexpr):
-    """One program: a counted row's ``BLOCK_H`` hidden units, its ``PAIRS`` pairs (with ``COUNTED`` only its first
-    counts[i]). dL/dh[row] = Σ_j g_j W[c_j] is stored (a row is counted once); with ``ATOMIC_WEIGHT``,
+def _sparse_layer_backward(classes_ptr, grad_ptr, rows_ptr, h_ptr, h_stride, w_ptr, w_stride, gh_ptr, gw_ptr, H, PAIRS,
+                           BLOCK_P: tl.constexpr, BLOCK_H: tl.constexpr, ATOMIC_WEIGHT: tl.constexpr):
+    """One program: a counted row's ``BLOCK_H`` hidden units, its ``PAIRS`` pairs. dL/dh[row] = Σ_j g_j W[c_j] is
+    stored (a row is counted once); with ``ATOMIC_WEIGHT``,
     dL/dW[c_j] += g_j h[row] is added atomically (a class recurs, across rows and within one when the target is
     among the top k)."""
     i = tl.program_id(0).to(tl.int64)
@@ -62,7 +61,7 @@ def _sparse_layer_backward(classes_ptr, grad_ptr, counts_ptr, rows_ptr, h_ptr, h
     in_h = u < H
     row = tl.load(rows_ptr + i)
     first = i * PAIRS
-    end = first + (tl.load(counts_ptr + i) if COUNTED else PAIRS)
+    end = first + PAIRS
     s = _gathered_sum(w_ptr, w_stride, classes_ptr, grad_ptr, first, end, u, in_h, BLOCK_P, BLOCK_H)
     tl.store(gh_ptr + row * H + u, s, mask=in_h)
     if ATOMIC_WEIGHT:
@@ -93,32 +92,22 @@ def _sum_pieces(x_ptr, x_stride, index_ptr, scale_ptr, starts_ptr, ends_ptr, out
 
 
 def sparse_layer_backward_triton(hidden: Tensor, weight: Tensor, rows: Tensor, classes: Tensor, grad: Tensor,
-                                 grad_hidden: Tensor, grad_weight: Tensor, counts: Tensor | None = None) -> None:
+                                 grad_hidden: Tensor, grad_weight: Tensor) -> None:
     """Add the gradients of the features and the weight that the logit gradient pairs (``classes``, ``grad``:
-    (n, P), the latter float32, row weights applied; with ``counts (n,)`` only the first counts[i] of row i) of
-    the counted ``rows`` stand for to the float32 ``grad_hidden (N, H)`` (rows not counted stay as they are) and
-    ``grad_weight (V, H)``."""
+    (n, P), the latter float32, row weights applied) of the counted ``rows`` stand for to the float32
+    ``grad_hidden (N, H)`` (rows not counted stay as they are) and ``grad_weight (V, H)``; the weight's by sorting
+    under ``torch.use_deterministic_algorithms(True)``, by atomic adds otherwise."""
     n, pairs = classes.shape
     h = hidden.shape[1]
     hidden, weight, classes, grad = hidden.contiguous(), weight.contiguous(), classes.contiguous(), grad.contiguous()
     by_sorting = torch.are_deterministic_algorithms_enabled()
     if n:
         _sparse_layer_backward[(n, triton.cdiv(h, BACKWARD_BLOCK_H))](
-            classes, grad, rows if counts is None else counts, rows, hidden, hidden.stride(0), weight,  # rows: unread
-            weight.stride(0), grad_hidden, grad_weight, h, pairs, COUNTED=counts is not None, BLOCK_P=PIECE_BLOCK,
-            BLOCK_H=BACKWARD_BLOCK_H, ATOMIC_WEIGHT=not by_sorting)
+            classes, grad, rows, hidden, hidden.stride(0), weight, weight.stride(0), grad_hidden, grad_weight, h, pairs,
+            BLOCK_P=PIECE_BLOCK, BLOCK_H=BACKWARD_BLOCK_H, ATOMIC_WEIGHT=not by_sorting)
         if by_sorting:
-            given = given_pairs(classes, counts)
-            sorted_weight_gradient(hidden, rows[:, None].expand(n, pairs)[given], classes[given], grad[given],
+            sorted_weight_gradient(hidden, rows[:, None].expand(n, pairs).flatten(), classes.flatten(), grad.flatten(),
                                    grad_weight)
-
-
-def given_pairs(classes: Tensor, counts: Tensor | None) -> Tensor:
-    """Which of the pairs ``classes (n, P)`` stand for a gradient: every one, or with ``counts`` a row's first
-    counts[i]."""
-    if counts is None:
-        return torch.ones_like(classes, dtype=torch.bool)
-    return torch.arange(classes.shape[1], device=counts.device) < counts[:, None]
 
 
 def sorted_weight_gradient(hidden: Tensor, pair_rows: Tensor, classes: Tensor, grad: Tensor,
