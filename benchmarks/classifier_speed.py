@@ -26,14 +26,14 @@ ARCHS = {"text_encoder": ["--arch", "text_encoder"], "roberta_base (shrunk)": ["
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=ROOT / "benchmarks/results/clinc150/work/data/data-bin",
+    parser.add_argument("--data", type=Path, default=ROOT / "experiments/clinc150/scratch/work/data/data-bin",
                         help="a text_classification data-bin (default: the CLINC150 experiment's)")
     parser.add_argument("--updates", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/classifier_speed.md")
     args = parser.parse_args(argv)
     if not (args.data / "label" / "dict.txt").exists():
-        sys.exit(f"{args.data}: no data-bin; run benchmarks/clinc150_experiment.py first or pass --data")
+        sys.exit(f"{args.data}: no data-bin; run experiments/clinc150/clinc150.py first or pass --data")
     rows = {}
     for name, arch in ARCHS.items():
         start = time.perf_counter()

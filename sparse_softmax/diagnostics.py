@@ -2,7 +2,7 @@
 flatten them (how sparse_softmax collapses when the model does not rank its targets high enough; docs/experiments.md,
 "Why sparse_softmax collapses"). The criterion and ``TrainerLoss`` log ``flat_slope`` on a sample of each batch's
 rows (``slope_rows``) and say ``handover_warning`` once when a softmax warm-up ends;
-``benchmarks/sparse_collapse.py`` profiles checkpoints with ``scale_profile``.
+``experiments/sparse_collapse/sparse_collapse.py`` profiles checkpoints with ``scale_profile``.
 """
 from __future__ import annotations
 

@@ -78,7 +78,7 @@ def run_cli(*args: str, cwd: Path = ROOT, check: bool = True, input: str | None 
 
 def run_script(script: str, *args, check: bool = True) -> subprocess.CompletedProcess:
     """``python <script> args...`` for a script of this repository (path relative to the root)."""
-    if script.startswith("benchmarks/"):
+    if script.startswith(("benchmarks/", "experiments/", "tools/")):
         skip_in_fast_tier(script)
     proc = subprocess.run([sys.executable, str(ROOT / script), *map(str, args)], capture_output=True, text=True)
     if check and proc.returncode != 0:

@@ -105,15 +105,6 @@ def test_two_process_data_parallel_training_on_cpu(toy_data, tmp_path):
     assert "distributed init (rank 1)" in outputs[1], "the second process must have joined the group"
 
 
-def test_distributed_exit_benchmark_counts_the_runs(tmp_path):
-    """benchmarks/distributed_exit.py, which measures how often a rank crashes at exit, on one quiet run."""
-    out = run_script("benchmarks/distributed_exit.py", "--runs", 1, "--busy", 1, "--out", tmp_path).stdout
-    assert out.splitlines() == ["run 1/1: ranks exit 0 0", "0 of 1 runs had a rank that did not exit 0"], out
-    results = (tmp_path / "results.md").read_text()
-    assert "python benchmarks/distributed_exit.py --runs 1 --busy 1\n" in results, results
-    assert not list((tmp_path / "work").iterdir()), "a run whose ranks exit 0 leaves nothing"
-
-
 def test_plugin_help_documents_every_option():
     """``python -m user_dir.help`` lists each criterion's and task's options with their help strings."""
     import dataclasses

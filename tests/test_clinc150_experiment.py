@@ -1,4 +1,4 @@
-"""benchmarks/clinc150_experiment.py end to end: a CLINC150-format file of four intents and ``oos``, the tiny
+"""experiments/clinc150/clinc150.py end to end: a CLINC150-format file of four intents and ``oos``, the tiny
 random BERT of test_hf_encoder fine-tuned for one epoch, two seeds of softmax and of T-softmax, whose temperature
 is chosen on seed 1's validation. Checks the choice against the two candidates' own training logs, that seed 2
 trained with the chosen value only, and that each run's test accuracy is its in-scope accuracy and oos recall
@@ -35,7 +35,7 @@ def experiment(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("clinc")
     write_clinc_json(root / "data_full.json")
     out = root / "out"
-    run_script("benchmarks/clinc150_experiment.py", "--hf-model-dir", write_tiny_bert(root / "bert"),
+    run_script("experiments/clinc150/clinc150.py", "--hf-model-dir", write_tiny_bert(root / "bert"),
                "--clinc-json", root / "data_full.json", "--out", out, "--epochs", "5", "--batch-size", "16",
                "--validate-every", "10", "--lr", "2e-3", "--seeds", "1", "2",
                "--methods", "softmax", "temperature_softmax")

@@ -1,4 +1,4 @@
-"""benchmarks/fused_versus_commit.py: the fused output layer's time in this checkout against a commit's, each
+"""tools/fused_versus_commit.py: the fused output layer's time in this checkout against a commit's, each
 from its own tree."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def worktrees() -> list[str]:
 
 def test_times_both_trees_and_leaves_no_worktree():
     before = worktrees()
-    out = run_script("benchmarks/fused_versus_commit.py", "HEAD", "--case", "64x16x300", "--rounds", "2",
+    out = run_script("tools/fused_versus_commit.py", "HEAD", "--case", "64x16x300", "--rounds", "2",
                      "--repeats", "1").stdout
     rounds = re.findall(r"^round (\d), (then|now): (.*)$", out, flags=re.M)
     assert [(r, who) for r, who, _ in rounds] == [("1", "then"), ("1", "now"), ("2", "then"), ("2", "now")]
@@ -34,6 +34,6 @@ def test_times_both_trees_and_leaves_no_worktree():
 
 
 def test_an_unknown_commit_is_one_line_and_exit_2():
-    proc = run_script("benchmarks/fused_versus_commit.py", "no-such-commit", check=False)
+    proc = run_script("tools/fused_versus_commit.py", "no-such-commit", check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].endswith("error: no commit 'no-such-commit' in " + str(ROOT))

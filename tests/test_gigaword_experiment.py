@@ -1,4 +1,4 @@
-"""benchmarks/gigaword_experiment.py end to end at its tiny scale on the synthetic Gigaword fixture (harvardnlp's
+"""experiments/gigaword/gigaword.py end to end at its tiny scale on the synthetic Gigaword fixture (harvardnlp's
 layout, no valid split used) and a tiny random BERT: a fresh-head and an adapted-head run, every decoding, through
 the real prep, head adaptation, fairseq-train/-generate and scorer. Checks the held-out valid split, that each run
 trained from the checkpoint it names, that every test pair is decoded, and that the table's scores are the ROUGE of
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import gigaword_experiment as experiment  # benchmarks/ (pyproject.toml's pytest pythonpath)
+import gigaword as experiment  # experiments/gigaword (pyproject.toml's pytest pythonpath)
 from conftest import ROOT, run_script
 from sparse_softmax.scoring.rouge import postprocess, rouge_scores
 from test_hf_encoder import write_tiny_bert
@@ -36,7 +36,7 @@ def run(tmp_path_factory) -> dict:
     words = sorted({w.lower() for path in giga.rglob("*.txt") for w in path.read_text().split()} - {"##"} | {"#"})
     bert = write_tiny_bert(root / "bert", 96, words)
     out = root / "out"
-    run_script("benchmarks/gigaword_experiment.py", "--gigaword-dir", giga, "--model-dir", bert, "--out", out,
+    run_script("experiments/gigaword/gigaword.py", "--gigaword-dir", giga, "--model-dir", bert, "--out", out,
                "--scale", "tiny", "--valid-pairs", "6", "--seeds", "1", "--methods", *METHODS)
     return {"giga": giga, "out": out, "data": out / "work" / "data"}
 
@@ -94,7 +94,7 @@ def test_comparisons():
 
 
 def test_missing_data_is_one_line(tmp_path):
-    proc = run_script("benchmarks/gigaword_experiment.py", "--gigaword-dir", tmp_path, "--out", tmp_path / "out",
+    proc = run_script("experiments/gigaword/gigaword.py", "--gigaword-dir", tmp_path, "--out", tmp_path / "out",
                       check=False)
     assert proc.returncode == 2 and "--gigaword-dir" in proc.stderr and "train/train.article.txt" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -1,4 +1,4 @@
-"""benchmarks/kernel_compile.py: every Triton kernel of the losses compiled for a GPU (sm_90) on the CPU, the
+"""tools/kernel_compile.py: every Triton kernel of the losses compiled for a GPU (sm_90) on the CPU, the
 check that Triton's interpreter, which the other kernel tests run in, cannot make."""
 from __future__ import annotations
 
@@ -47,13 +47,13 @@ def python(script: Path, interpret: bool) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     if interpret:
         env["TRITON_INTERPRET"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "benchmarks"), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tools"), env.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
 
 
 def test_every_kernel_compiles_for_sm_90():
-    skip_in_fast_tier("benchmarks/kernel_compile.py")
-    proc = python(ROOT / "benchmarks" / "kernel_compile.py", interpret=False)
+    skip_in_fast_tier("tools/kernel_compile.py")
+    proc = python(ROOT / "tools" / "kernel_compile.py", interpret=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
     assert list(lines) == KERNELS

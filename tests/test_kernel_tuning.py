@@ -1,21 +1,19 @@
-"""benchmarks/kernel_tuning.py on the CPU, its kernels in Triton's interpreter: every setting of every section
+"""tools/kernel_tuning.py on the CPU, its kernels in Triton's interpreter: every setting of every section
 runs and lands in the table. The script's real runs are on a GPU, rare and short, where a fault in it would lose
 the run."""
 from __future__ import annotations
 
 import os
 import re
-import sys
 
 import pytest
 import torch
 
-from conftest import ROOT, run_script
+from conftest import run_script
 
 if not torch.cuda.is_available():  # as in the other kernel tests: Triton reads it when the kernels are imported
     os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton", reason="Triton is not installed")
-sys.path.insert(0, str(ROOT / "benchmarks"))
 import kernel_tuning  # noqa: E402  (its lists of settings; its kernels run in the script's own process)
 import output_layer_speed  # noqa: E402
 
@@ -31,7 +29,7 @@ SECTIONS = {  # title → the rows each case must have
 def test_every_setting_runs_and_is_tabled(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     out = tmp_path / "tuning.md"
-    run_script("benchmarks/kernel_tuning.py", "--device", "cpu", "--cases", "4x16x64", "--repeats", "1", "--out", out)
+    run_script("tools/kernel_tuning.py", "--device", "cpu", "--cases", "4x16x64", "--repeats", "1", "--out", out)
     text = out.read_text(encoding="utf-8")
     assert text.startswith("Device: CPU")
     bodies = dict(re.findall(r"^## (.+)\n\n((?:\|.*\n)+)", text, flags=re.M))
@@ -57,6 +55,6 @@ def test_every_setting_runs_and_is_tabled(tmp_path, monkeypatch):
 
 def test_the_cpu_without_the_interpreter_is_refused(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    proc = run_script("benchmarks/kernel_tuning.py", "--device", "cpu", check=False)
+    proc = run_script("tools/kernel_tuning.py", "--device", "cpu", check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].endswith("set TRITON_INTERPRET=1")

@@ -3,17 +3,14 @@ the kernels would be), which a GPU run, rare and short, must not be the first to
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 import torch
 
-from conftest import ROOT
 
 if not torch.cuda.is_available():  # as in the other kernel tests: Triton reads it when the kernels are imported
     os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton", reason="Triton is not installed")
-sys.path.insert(0, str(ROOT / "benchmarks"))
 import loss_speed  # noqa: E402
 
 

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 
 import pytest
 import torch
 
-from conftest import ROOT, run_script
+from conftest import run_script
 
 if not torch.cuda.is_available():  # as in the other kernel tests: Triton reads it when the kernels are imported
     os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton", reason="Triton is not installed")
-sys.path.insert(0, str(ROOT / "benchmarks"))
 import output_layer_speed  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/qg_experiment.py end to end on a few hundred Du-format lines: one seed, its tiny scale (200
+"""experiments/qg_scratch/qg_scratch.py end to end on a few hundred Du-format lines: one seed, its tiny scale (200
 updates), two losses (the AS warm-up among them), every decoding. Checks the split by source sentence, that every
 test example gets the question decoded for its sentence, and that the table's scores are the BLEU of those
 predictions against Du's references, per example and grouped by sentence."""
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import qg_experiment  # benchmarks/ (pyproject.toml's pytest pythonpath)
+import qg_scratch  # experiments/qg_scratch (pyproject.toml's pytest pythonpath)
 import generation_runs
 from conftest import ROOT, run_script
 from sparse_softmax.scoring import bleu
@@ -60,7 +60,7 @@ def experiment(tmp_path_factory) -> tuple[Path, Path]:
         (du / f"src-{name}.txt").write_text("\n".join(src) + "\n", encoding="utf-8")
         (du / f"tgt-{name}.txt").write_text("\n".join(tgt) + "\n", encoding="utf-8")
     out = root / "out"
-    run_script("benchmarks/qg_experiment.py", *experiment_args(du, out, METHODS))
+    run_script("experiments/qg_scratch/qg_scratch.py", *experiment_args(du, out, METHODS))
     return du, out
 
 
@@ -101,7 +101,7 @@ def test_scores_are_those_of_the_decoded_questions(experiment):
 def test_table_and_plot(experiment):
     _, out = experiment
     table = (out / "results.md").read_text()
-    assert table.startswith("`python benchmarks/qg_experiment.py --du2017-dir")
+    assert table.startswith("`python experiments/qg_scratch/qg_scratch.py --du2017-dir")
     for method in METHODS:
         for decoding in DECODINGS:
             assert table.count(f"| {method} | {decoding} | ") == 2  # grouped and per example
@@ -110,11 +110,11 @@ def test_table_and_plot(experiment):
 
 def test_du_files_missing_or_misaligned_is_one_line_error(tmp_path):
     (tmp_path / "src-dev.txt").write_text("a b\n")
-    proc = run_script("benchmarks/qg_experiment.py", "--du2017-dir", tmp_path, "--out", tmp_path / "out", check=False)
+    proc = run_script("experiments/qg_scratch/qg_scratch.py", "--du2017-dir", tmp_path, "--out", tmp_path / "out", check=False)
     assert proc.returncode == 2 and "no tgt-dev.txt (expected Du et al.'s" in proc.stderr.splitlines()[-1]
     for name, text in (("tgt-dev.txt", "q\n"), ("src-test.txt", "a b\nc d\n"), ("tgt-test.txt", "q\n")):
         (tmp_path / name).write_text(text)
-    proc = run_script("benchmarks/qg_experiment.py", "--du2017-dir", tmp_path, "--out", tmp_path / "out", check=False)
+    proc = run_script("experiments/qg_scratch/qg_scratch.py", "--du2017-dir", tmp_path, "--out", tmp_path / "out", check=False)
     assert proc.returncode == 2 and "src-test.txt has 2 lines, tgt-test.txt 1" in proc.stderr.splitlines()[-1]
     assert "Traceback" not in proc.stderr
 
@@ -125,13 +125,13 @@ def test_source_mask_allows_the_most_frequent_question_pieces(tmp_path):
                        ("valid.spm.src", "▁x ▁is ▁big\n▁y\n"), ("valid.spm.tgt", "▁what ▁is ▁x ▁?\n▁who ▁y ▁?\n")):
         (tmp_path / name).write_text(text, encoding="utf-8")
     data = tmp_path / "data-bin"
-    assert qg_experiment.question_pieces(data, 2) == ["▁?", "▁what"]
-    assert qg_experiment.mask_coverage(data, set()) == (3 / 7, 0)
-    assert qg_experiment.mask_coverage(data, {"▁?", "▁what"}) == (6 / 7, 1 / 2)
+    assert qg_scratch.question_pieces(data, 2) == ["▁?", "▁what"]
+    assert qg_scratch.mask_coverage(data, set()) == (3 / 7, 0)
+    assert qg_scratch.mask_coverage(data, {"▁?", "▁what"}) == (6 / 7, 1 / 2)
 
 
 def test_negative_question_pieces_is_one_line_error(tmp_path):
-    proc = run_script("benchmarks/qg_experiment.py", "--question-pieces", "-1", "--out", tmp_path, check=False)
+    proc = run_script("experiments/qg_scratch/qg_scratch.py", "--question-pieces", "-1", "--out", tmp_path, check=False)
     assert proc.returncode == 2 and "--question-pieces: expected a count >= 0, got -1" in proc.stderr.splitlines()[-1]
 
 
@@ -156,7 +156,7 @@ def test_a_stopped_run_goes_on_from_its_last_checkpoint_to_the_same_result(exper
     for prepared in ("split", "data"):
         shutil.copytree(out / "work" / prepared, copy / "work" / prepared)
     args = experiment_args(du, copy, ["cross_entropy"])
-    proc = subprocess.Popen([sys.executable, ROOT / "benchmarks" / "qg_experiment.py", *map(str, args)],
+    proc = subprocess.Popen([sys.executable, ROOT / "experiments" / "qg_scratch" / "qg_scratch.py", *map(str, args)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     folder = copy / "work" / "cross_entropy-seed1"
     while not list((folder / "checkpoints").glob("checkpoint_*_*.pt")):
@@ -166,7 +166,7 @@ def test_a_stopped_run_goes_on_from_its_last_checkpoint_to_the_same_result(exper
     proc.wait()
     assert "done training" not in (folder / "train.log").read_text() and not (folder / "result.json").exists()
 
-    run_script("benchmarks/qg_experiment.py", *args)
+    run_script("experiments/qg_scratch/qg_scratch.py", *args)
     log = (folder / "train.log").read_text()
     assert log.count("done training") == 1
     resumed_at = [line for line in log.splitlines() if "Loaded checkpoint" in line]
@@ -206,7 +206,7 @@ def test_a_record_made_with_other_method_flags_is_found_out(experiment):
     """A run's logged criterion config against its method's flags: a method changed since is run again."""
     _, out = experiment
     log = (out / "work" / "as_softmax-seed1" / "train.log").read_text()
-    flags = qg_experiment.METHODS["as_softmax"]
+    flags = qg_scratch.METHODS["as_softmax"]
     assert generation_runs.contradicted(log, flags) == []
     changed = [*flags[:-1], "0.25"]
     assert generation_runs.contradicted(log, changed) == [f"{flags[-2]} 0.25"]

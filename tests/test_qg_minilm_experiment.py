@@ -1,4 +1,4 @@
-"""benchmarks/qg_minilm_experiment.py end to end at its tiny scale: a synthetic SQuAD (JSON and Du-style article
+"""experiments/qg_minilm/qg_minilm.py end to end at its tiny scale: a synthetic SQuAD (JSON and Du-style article
 lists) and a tiny random BERT saved as a checkpoint, one seed, two losses, every decoding, through the real prep,
 fairseq-train/-generate and scorer. Checks that the test subset is the evenly spaced examples of the split, that
 every one of them is decoded, and that the table's scores are the BLEU of those predictions against their
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import qg_minilm_experiment as experiment  # benchmarks/ (pyproject.toml's pytest pythonpath)
+import qg_minilm as experiment  # experiments/qg_minilm (pyproject.toml's pytest pythonpath)
 from conftest import run_script
 from test_hf_encoder import write_tiny_bert
 from test_qg_experiment import assert_scores_are_bleu
@@ -51,7 +51,7 @@ def run(tmp_path_factory) -> dict:
     bert = write_tiny_bert(root / "bert", 96, WORDS + ["what", "comes", "after", "?"])
     out = root / "out"
     args = ["--squad-dir", squad, "--model-dir", bert, "--out", out, "--scale", "tiny"]
-    run_script("benchmarks/qg_minilm_experiment.py", *args, "--seeds", "1", "--methods", *METHODS)
+    run_script("experiments/qg_minilm/qg_minilm.py", *args, "--seeds", "1", "--methods", *METHODS)
     scale = experiment.SCALES["tiny"]
     data = out / "work" / f"data-w{scale['window']}-t{scale['target']}"
     return {"out": out, "data": data, "bins": data / "eval-bin", "args": args}
@@ -99,7 +99,7 @@ def test_scores_are_those_of_the_decoded_questions(run):
 def test_table_notes_and_plot(run):
     out = run["out"]
     table = (out / "results.md").read_text()
-    assert table.startswith("`python benchmarks/qg_minilm_experiment.py --squad-dir")
+    assert table.startswith("`python experiments/qg_minilm/qg_minilm.py --squad-dir")
     for method in METHODS:
         for decoding in experiment.DECODINGS:
             assert table.count(f"| {method} | {decoding} | ") == 2  # per example and grouped
@@ -113,7 +113,7 @@ def test_table_only_tabulates_the_finished_runs_and_runs_nothing(run):
     keeps the finished runs' rows as they were and says which seeds each row has."""
     out = run["out"]
     before = (out / "results.md").read_text()
-    run_script("benchmarks/qg_minilm_experiment.py", *run["args"], "--seeds", "1", "2",
+    run_script("experiments/qg_minilm/qg_minilm.py", *run["args"], "--seeds", "1", "2",
                "--methods", *METHODS, "sparse_softmax_warmup", "--table-only")
     table = (out / "results.md").read_text()
     assert sorted(folder.name for folder in (out / "work").glob("*-seed*")) == [f"{m}-seed1" for m in METHODS]
@@ -126,7 +126,7 @@ def test_table_only_tabulates_the_finished_runs_and_runs_nothing(run):
 
 def test_a_missing_squad_file_is_one_line_error(tmp_path):
     (tmp_path / "train-v1.1.json").write_text("{}")
-    proc = run_script("benchmarks/qg_minilm_experiment.py", "--squad-dir", tmp_path, "--out", tmp_path / "out",
+    proc = run_script("experiments/qg_minilm/qg_minilm.py", "--squad-dir", tmp_path, "--out", tmp_path / "out",
                       check=False)
     assert proc.returncode == 2 and "no dev-v1.1.json (expected SQuAD v1.1's" in proc.stderr.splitlines()[-1]
     assert "Traceback" not in proc.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import du2017_rebuild  # benchmarks/ (pyproject.toml's pytest pythonpath)
+import du2017_rebuild  # tools/ (pyproject.toml's pytest pythonpath)
 from conftest import ROOT, SHARED_DATA, run_script
 from preplib.squad import Article, QGOptions, examples
 from preplib.textio import SplitCounts
@@ -120,7 +120,7 @@ def test_sentence_unit_is_the_sentence_where_the_answer_starts():
 
 def test_du2017_sentence_files_rebuilt_from_squad():
     """``prepare_squad_qg.py --split doclist --unit sentence --no-answer`` on the SQuAD JSON against Du et al.'s own
-    test files (benchmarks/du2017_rebuild.py): 98.89 % of the 11,877 source lines and 99.83 % of the questions
+    test files (tools/du2017_rebuild.py): 98.89 % of the 11,877 source lines and 99.83 % of the questions
     identical; another 0.49 % of the sources are another sentence of ours where the answer's text occurs twice
     (the offline copy's answer starts are estimated). Before the tokenizer and sentence fixes, Du's sentence was
     found word for word in our passage for 95.7 % of the examples."""

@@ -40,8 +40,8 @@ DOCS = ROOT / "docs"
 FIXTURES = ROOT / "tests" / "fixtures"
 VENV = Path(sys.executable).parent.parent
 #: What the sandbox links to in the repository.
-LINKED = ("sparse_softmax", "user_dir", "scripts", "data-prep", "benchmarks", "examples", "requirements", "setup.py",
-          "pyproject.toml", "README.md")
+LINKED = ("sparse_softmax", "user_dir", "scripts", "data-prep", "benchmarks", "experiments", "tools", "examples",
+          "requirements", "setup.py", "pyproject.toml", "README.md")
 _FENCE = re.compile(r"^```(\w*)$")
 _SKIP = re.compile(r"^<!-- readme-test: skip \((.+)\) -->$")
 
@@ -58,6 +58,7 @@ SCALE = [
     (r"--max-steps \d+", "--max-steps 3"),
     (r"--max-epoch \d+", "--max-epoch 1"),
     (r"--train-subset \d+", "--train-subset 20"),
+    (r"--valid-from-train \d+", "--valid-from-train 6"),
     (r"--arch transformer(?= )", "--arch transformer_tiny"),
     (r"tcp://127\.0\.0\.1:29500", "tcp://127.0.0.1:" + _free_port()),
 ]
@@ -171,6 +172,9 @@ def make_inputs(root: Path) -> None:
     rng = random.Random(0)
     shutil.copytree(FIXTURES / "gigaword_harvard", root / "sumdata")
     shutil.copytree(FIXTURES / "gigaword_unilm", root / "unilm")
+    shutil.copytree(FIXTURES / "gigaword_harvard", root / "gigaword-10k")  # a sample and the test set, no valid split
+    for name in ("valid.article.filter.txt", "valid.title.filter.txt"):
+        (root / "gigaword-10k" / "train" / name).unlink()
     shutil.copy(FIXTURES / "squad_train.json", root / "train-v1.1.json")
     shutil.copy(FIXTURES / "squad_dev.json", root / "dev-v1.1.json")
     for split, titles in (("train", ["University_of_Notre_Dame", "Amazon_rainforest"]), ("dev", ["Normans"]),
@@ -275,7 +279,7 @@ def test_blocks_not_run_say_why():
 
 # ----------------------------------------------------------------- commands named in the prose
 
-_INLINE = re.compile(r"`((?:python|bash) (?:scripts|benchmarks|data-prep)/[^`]+)`")
+_INLINE = re.compile(r"`((?:python|bash) (?:scripts|benchmarks|experiments|tools|data-prep)/[^`]+)`")
 
 
 def test_commands_in_the_prose_name_scripts_that_take_their_options():

@@ -1,4 +1,4 @@
-"""benchmarks/sparse_collapse.py end to end on toy Du-format lines (20 updates, one warm-up): its probes are checked
+"""experiments/sparse_collapse/sparse_collapse.py end to end on toy Du-format lines (20 updates, one warm-up): its probes are checked
 against what fairseq-train itself measured on the valid split at the same checkpoints."""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def collapse(tmp_path_factory) -> Path:
         for side, prefix in (("src", "src"), ("tgt", "tgt")):
             (du / f"{prefix}-{name}.txt").write_bytes((root / "raw" / f"{split}.{side}").read_bytes())
     out = root / "out"
-    run_script("benchmarks/sparse_collapse.py", "--du2017-dir", du, "--out", out, "--scale", "tiny", "--updates",
+    run_script("experiments/sparse_collapse/sparse_collapse.py", "--du2017-dir", du, "--out", out, "--scale", "tiny", "--updates",
                "20", "--warmups", "0.5", "--k", K)
     return out
 
@@ -79,7 +79,7 @@ def test_loss_by_scale_starts_at_log_k_and_its_minimum_is_reported(collapse):
 
 def test_table_plot_and_a_second_run_reads_the_records(collapse):
     table = (collapse / "results.md").read_text(encoding="utf-8")
-    assert table.startswith("`python benchmarks/sparse_collapse.py --du2017-dir")
+    assert table.startswith("`python experiments/sparse_collapse/sparse_collapse.py --du2017-dir")
     warm = runs(collapse)["sparse_softmax after 50% softmax"]
     assert table.count("| sparse_softmax after 50% softmax | ") == len(warm["probes"])
     assert (collapse / "probes.png").stat().st_size > 10_000
@@ -87,11 +87,11 @@ def test_table_plot_and_a_second_run_reads_the_records(collapse):
 
 
 def test_bad_input_is_one_line_error(tmp_path):
-    proc = run_script("benchmarks/sparse_collapse.py", "--warmups", "1.5", "--out", tmp_path, check=False)
+    proc = run_script("experiments/sparse_collapse/sparse_collapse.py", "--warmups", "1.5", "--out", tmp_path, check=False)
     assert proc.returncode == 2 and "--warmups: expected shares between 0 and 1" in proc.stderr.splitlines()[-1]
     (tmp_path / "du").mkdir()
     (tmp_path / "du" / "src-dev.txt").write_text("a b\n")
-    proc = run_script("benchmarks/sparse_collapse.py", "--du2017-dir", tmp_path / "du", "--out", tmp_path / "out",
+    proc = run_script("experiments/sparse_collapse/sparse_collapse.py", "--du2017-dir", tmp_path / "du", "--out", tmp_path / "out",
                       check=False)
     assert proc.returncode == 2 and "no tgt-dev.txt (expected Du et al.'s" in proc.stderr.splitlines()[-1]
     assert "Traceback" not in proc.stderr

@@ -1,6 +1,6 @@
 """AS rows that keep few classes handing their gradient over as (class, value) pairs, outside the package until a
 GPU has timed it: promoted into the fused output layer if it beats the dense products there, deleted if not
-(``benchmarks/kernel_tuning.py`` times both, ``benchmarks/kernel_compile.py`` compiles the kernel).
+(``tools/kernel_tuning.py`` times both, ``tools/kernel_compile.py`` compiles the kernel).
 
 On a GPU the fused layer scores a block of as_softmax logits with the AS row kernel and gives every row with a
 gradient the two dense products, even a row that keeps 2 of V classes (a sparse row), whose share of the products

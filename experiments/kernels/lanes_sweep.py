@@ -1,6 +1,6 @@
 """A second sweep for the Sparse-softmax row kernel, outside the package until a GPU has timed it: promoted into
 ``sparse_softmax/losses/sparse_softmax_triton.py`` if it beats the merging sweep there, deleted if not
-(``benchmarks/kernel_tuning.py`` times both, ``benchmarks/kernel_compile.py`` compiles both).
+(``tools/kernel_tuning.py`` times both, ``tools/kernel_compile.py`` compiles both).
 
 The product's sweep merges each block's candidates into the row's running top k, which reduces across the row's
 lanes and branches at every block. This one does neither: each of the BLOCK lanes (columns ≡ j mod BLOCK) keeps its

@@ -120,7 +120,7 @@ def row_weights(valid: Tensor, reduction: str, dtype: torch.dtype) -> Tensor:
 #: for H = 1024 and V = 50k; 335 rows were 16 % slower). Accelerators take fewer, larger blocks, which
 #: amortise kernel launches and, fused, the weight gradient's accumulation (a V×H pass a block): 2**28
 #: bf16 logits (512 MB) took the fused cross-entropy layer from 0.71-0.89x F.linear + F.cross_entropy's
-#: time to 0.65-0.72x on an H200 (benchmarks/kernel_tuning.py, N = 16,384, H = 1,024, V = 32k-128k).
+#: time to 0.65-0.72x on an H200 (tools/kernel_tuning.py, N = 16,384, H = 1,024, V = 32k-128k).
 _CHUNK_ELEMENTS = {("cpu", False): 1 << 20, ("cpu", True): 1 << 24}
 _ACCELERATOR_CHUNK_ELEMENTS = {False: 1 << 24, True: 1 << 28}
 

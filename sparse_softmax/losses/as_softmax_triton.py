@@ -25,8 +25,8 @@ from torch import Tensor
 from .sparse_softmax_triton import _online_lse
 
 #: Logits per load: wide enough to keep the memory system busy, small enough for registers; and warps per
-#: row (Triton's default). benchmarks/kernel_tuning.py times others: at these a program takes 168 registers
-#: a thread on sm_90 (benchmarks/kernel_compile.py), so an SM holds only three rows at once.
+#: row (Triton's default). tools/kernel_tuning.py times others: at these a program takes 168 registers
+#: a thread on sm_90 (tools/kernel_compile.py), so an SM holds only three rows at once.
 BLOCK, NUM_WARPS = 4096, 4
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 

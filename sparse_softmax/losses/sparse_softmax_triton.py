@@ -26,7 +26,7 @@ from torch import Tensor
 from .sparse_softmax import SparseChunk
 
 #: Logits per load (a quarter of the AS kernel's: a block's candidates become 64-bit keys held in registers)
-#: and warps per row, the fastest of benchmarks/kernel_tuning.py's on an H200 (bf16, 16,384 rows of 32k
+#: and warps per row, the fastest of tools/kernel_tuning.py's on an H200 (bf16, 16,384 rows of 32k
 #: and 128k logits).
 BLOCK, NUM_WARPS = 1024, 2
 #: Largest top k the kernel keeps in registers (K: k rounded up to a power of two, at least 2); larger

@@ -33,7 +33,7 @@ sentences; nltk's punkt sentence splitter would need a model download). The PTB 
   and get the second period Stanford's tokenizer writes there (Ltd. . The): that token's span is empty.
 
 ``sentences`` splits the tokens into sentences as Stanford's splitter did for Du et al.'s files. Measured
-against them (benchmarks/du2017_rebuild.py), 98.9 % of their test sentences come back identical from SQuAD.
+against them (tools/du2017_rebuild.py), 98.9 % of their test sentences come back identical from SQuAD.
 
 Tokens come with (start, end) offsets into the original text; text[start:end] is what the token was
 made from ("(" for -LRB-, "’s" for 's, nothing for a repeated period), so an answer span can be located

@@ -1,0 +1,192 @@
+#!/usr/bin/env python
+"""Compiles every Triton kernel of the losses for a GPU on any machine, no GPU needed: what Triton's compiler
+refuses (the interpreter, which the CPU tests use, runs some code the compiler does not take), and each kernel's
+registers and spills as ``ptxas`` reports them, with how many of its programs an SM's registers can hold at once
+(an upper bound on the rows or tiles in flight: shared memory and the SM's thread limit may allow fewer).
+
+Each kernel is compiled with the arguments its own launch function passes it, captured instead of launched (bf16
+inputs, the modules' default settings, and each alternative: the row kernel and its lanes' sweep
+(``experiments/kernels``), the AS kernel with δ < 1 and δ = 1 and with its few-class rows as pairs (``experiments/kernels``), the sparse layer's
+backward with the weight's gradient by atomic adds or by sorting (deterministic algorithms), and the sorted sum's two
+launches; the row kernel and the backward also at the largest k they take, which asks for the most registers). ``--tuning`` adds the settings
+tools/kernel_tuning.py times. Needs a Triton with its NVIDIA backend (its wheels bring ``ptxas``); exits 1 if
+a kernel does not compile.
+
+    python tools/kernel_compile.py                 # for sm_90 (H100, H200)
+    python tools/kernel_compile.py --arch 80 --tuning
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    sys.exit("kernel_compile.py compiles the kernels: run it without TRITON_INTERPRET=1")
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from sparse_softmax.losses import as_softmax_triton, output_layer_triton, sparse_softmax_triton
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / part) for part in ("benchmarks", "experiments/kernels")]
+import as_pairs  # noqa: E402  (experiments/kernels: the alternatives a GPU run has yet to decide)
+import lanes_sweep  # noqa: E402
+from measure import deterministic_algorithms, settings  # noqa: E402  (benchmarks/)
+
+TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int64: "i64",
+         torch.int32: "i32", torch.bool: "i1"}
+
+
+def captured(kernel, launch: Callable[[], object]) -> tuple[tuple, dict]:
+    """The arguments ``launch()`` hands ``kernel`` (a ``triton.jit`` function) in its last launch; the kernel
+    is not run."""
+    calls = []
+    kernel.run = lambda *args, grid, warmup, **kwargs: calls.append((args, kwargs))
+    try:
+        launch()
+    finally:
+        del kernel.run
+    return calls[-1]
+
+
+def signature(kernel, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
+    """(signature, constexpr values, compile options) of a launch, as ``triton.compile`` takes them."""
+    kwargs = dict(kwargs)
+    options = {key: kwargs.pop(key) for key in ("num_warps", "num_stages") if key in kwargs}
+    values = dict(zip(kernel.arg_names, args)) | kwargs
+    types, constants = {}, {}
+    for param in kernel.params:
+        value = values[param.name]
+        if param.is_constexpr:
+            types[param.name], constants[param.name] = "constexpr", value
+        elif isinstance(value, torch.Tensor):
+            types[param.name] = "*" + TYPES[value.dtype]
+        elif isinstance(value, bool):
+            types[param.name] = "i1"
+        elif isinstance(value, int):
+            types[param.name] = "i32" if -2**31 <= value < 2**31 else "i64"
+        else:
+            types[param.name] = "fp32"
+    return types, constants, options
+
+
+def compile_for(kernel, launch: Callable[[], object], arch: int) -> str:
+    """Compile the launch for sm_``arch``; its registers and spills (ptxas's), and how many of its programs an
+    SM's registers hold."""
+    types, constants, options = signature(kernel, *captured(kernel, launch))
+    compiled = triton.compile(ASTSource(kernel, types, constants), target=GPUTarget("cuda", arch, 32),
+                              options=options)
+    ptx = compiled.asm["ptx"]
+    gpu = re.search(r"^\.target\s+(\w+)", ptx, flags=re.M)[1]
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    blackwell = os.path.join(tools, "ptxas-blackwell")  # Triton's wheels bring one for sm_100 and later
+    ptxas = blackwell if arch >= 100 and os.path.exists(blackwell) else os.path.join(tools, "ptxas")
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as source:
+        source.write(ptx)
+        source.flush()
+        out = subprocess.run([ptxas, "-v", "--gpu-name", gpu, source.name, "-o", os.devnull],
+                             capture_output=True, text=True, check=True)
+    registers = int(re.search(r"Used (\d+) registers", out.stderr)[1])
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out.stderr)
+    # An SM's 65,536 registers, given out in 8-register steps a thread: at most this many programs at once.
+    threads = 32 * options.get("num_warps", 4)
+    programs = 65536 // (-(-registers // 8) * 8 * threads)
+    return (f"{registers} registers, spills {spills[1]} B stored / {spills[2]} B loaded; "
+            f"an SM's registers hold {programs} program{'' if programs == 1 else 's'} of {threads} threads")
+
+
+def launches(tuning: bool) -> dict[str, tuple]:
+    """name → (kernel, launch function, module settings) for every compile to check."""
+    g = torch.Generator().manual_seed(0)
+    n, h, v, k = 8, 64, 10000, 10  # V above every block any setting asks for, which a smaller V would cut down
+    z = torch.randn(n, v, generator=g).bfloat16()
+    target = torch.randint(0, v, (n,), generator=g)
+    hidden, weight = torch.randn(n, h, generator=g).bfloat16(), torch.randn(v, h, generator=g).bfloat16()
+    rows, weights = torch.arange(n), torch.ones(n)
+    row, layer, lanes = sparse_softmax_triton, output_layer_triton, lanes_sweep._sparse_softmax_row_by_lanes
+    most = row.MAX_K  # the largest k the kernels take: the most registers they ask for
+
+    def row_kernel(top: int = k, launch=row.sparse_softmax_chunk_triton):
+        return launch(z, target, top, 0.1, True)
+
+    def by_lanes(top: int = k):
+        return row_kernel(top, lanes_sweep.sparse_softmax_chunk_by_lanes)
+
+    def pairs(top: int = k) -> tuple[torch.Tensor, torch.Tensor]:
+        """k + 1 gradient pairs a row, of three classes: more pairs a class than a small PIECE."""
+        return torch.randint(0, 3, (n, top + 1), generator=g), torch.randn(n, top + 1, generator=g)
+
+    def backward(top: int = k):
+        layer.sparse_layer_backward_triton(hidden, weight, rows, *pairs(top), torch.zeros(n, h), torch.zeros(v, h))
+
+    def sorted_backward():  # the sorted sum's launches compiled apart, below: here they are not made
+        with settings(layer, sorted_weight_gradient=lambda *args: None), deterministic_algorithms():
+            backward()
+
+    def sorted_sum():  # its last launch adds up the pieces of split classes, when there are any
+        classes, grad = pairs()
+        layer.sorted_weight_gradient(hidden, rows.repeat_interleave(k + 1), classes.flatten(), grad.flatten(),
+                                     torch.zeros(v, h))
+
+    def as_kernel(delta: float):
+        return (as_softmax_triton._as_softmax_row, lambda: as_softmax_triton.as_softmax_rows_triton(
+            z, target, weights, delta, True, in_place=True), as_softmax_triton)
+
+    def as_kernel_pairs():
+        return as_pairs.as_softmax_rows_pairs_triton(z, target, weights, 0.3, as_pairs.KeptPairs.empty(n, 32, z.device))
+
+    out = {
+        "Sparse-softmax row kernel": (row._sparse_softmax_row, row_kernel, row, {}),
+        f"Sparse-softmax row kernel, k = {most}": (row._sparse_softmax_row, lambda: row_kernel(most), row, {}),
+        "Sparse-softmax row kernel by lanes (experiments/kernels)": (lanes, by_lanes, row, {}),
+        f"Sparse-softmax row kernel by lanes, k = {most}": (lanes, lambda: by_lanes(most), row, {}),
+        "AS row kernel, δ = 0.3": (*as_kernel(0.3), {}),
+        "AS row kernel, δ = 1 (cross_entropy)": (*as_kernel(1.0), {}),
+        "AS row kernel, δ = 0.3, rows keeping few classes as pairs (experiments/kernels)": (
+            as_pairs._as_softmax_row_pairs, as_kernel_pairs, as_softmax_triton, {}),
+        "layer's backward, weight gradient by atomic adds": (layer._sparse_layer_backward, backward, layer, {}),
+        f"layer's backward, weight gradient by atomic adds, k = {most}": (
+            layer._sparse_layer_backward, lambda: backward(most), layer, {}),
+        "layer's backward, weight gradient by sorting": (layer._sparse_layer_backward, sorted_backward, layer, {}),
+        "sorted weight gradient, pieces": (layer._sum_pieces, sorted_sum, layer, {}),
+        "sorted weight gradient, split classes' pieces added": (layer._sum_pieces, sorted_sum, layer, {"PIECE": 4}),
+    }
+    if tuning:
+        from kernel_tuning import AS_SETTINGS, ROW_SETTINGS, as_setting, row_setting
+        for setting in AS_SETTINGS:
+            name, values = as_setting(*setting)
+            out[f"AS row kernel, δ = 0.3, {name}"] = (*as_kernel(0.3), values)
+        for setting in ROW_SETTINGS:
+            name, values, launch = row_setting(*setting)
+            kernel = lanes if launch is lanes_sweep.sparse_softmax_chunk_by_lanes else row._sparse_softmax_row
+            out[name] = (kernel, lambda launch=launch: row_kernel(launch=launch), row, values)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", type=int, default=90, help="the GPU's compute capability × 10 (default: %(default)s)")
+    parser.add_argument("--tuning", action="store_true", help="also every setting kernel_tuning.py times")
+    args = parser.parse_args()
+    failed = 0
+    for name, (kernel, launch, module, values) in launches(args.tuning).items():
+        try:
+            with settings(module, **values):
+                print(f"{name}: {compile_for(kernel, launch, args.arch)}", flush=True)
+        except Exception as error:  # every kernel gets its turn; the failures are counted and summed up
+            failed += 1
+            print(f"{name}: FAILED: {type(error).__name__}: {error}", flush=True)
+    print(f"{failed} of the kernels did not compile" if failed else "all compiled", f"for sm_{args.arch}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
