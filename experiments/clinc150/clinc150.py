@@ -178,7 +178,7 @@ def train_and_test(args, data: Path, method: str, seed: int, value: str | None =
             checkpoint.unlink()
     result = json.loads(result_file.read_text(encoding="utf-8"))
     for point in result["valid"]:
-        point["epochs"] = point["sentences"] / args.train_sentences
+        point["epochs"] = point.pop("sentences") / args.train_sentences
     return {"method": run_name(method, value), "seed": seed, **result}
 
 
