@@ -48,9 +48,8 @@
    trainer's reference cycles while the interpreter is whole, so the group's destructor joins its threads.
 10. Attention on GPUs whose PyTorch prefers cuDNN's (Hopper, torch 2.11). cuDNN builds an execution graph for
    every new shape of query, key and value, and fairseq's batches come in many shapes (``--max-tokens`` batches
-   of every length; a decoding step's key length grows by one). On one H100 each call of cuDNN attention took
-   33-38 ms of CPU in updates 11-13 of a small transformer, whose kernels took 17 ms an update in all; without
-   it an update took 213 ms instead of 418 (benchmarks/results/gpu_h100.md). We turn the cuDNN backend of
+   of every length; a decoding step's key length grows by one), so a small model's updates spend most of their
+   time building graphs (benchmarks/results/gpu_h100.md). We turn the cuDNN backend of
    ``scaled_dot_product_attention`` off, so PyTorch picks flash or memory-efficient attention, which need no
    graph per shape. Same attention; a CPU has no cuDNN backend to turn off.
 """

@@ -116,11 +116,9 @@ def row_weights(valid: Tensor, reduction: str, dtype: torch.dtype) -> Tensor:
 #: Logits per block of rows processed at once: on the CPU a block of plain logits stays in cache, while a
 #: block computed from features (fused) is larger, since each block's product reads the whole output
 #: weight again: it takes at least as many rows as the features have dimensions, which keeps the product
-#: as fast as one over all rows (measured on 2 CPU cores: 512 rows for H = 512 and V = 32k, 768-1024 rows
-#: for H = 1024 and V = 50k; 335 rows were 16 % slower). Accelerators take fewer, larger blocks, which
-#: amortise kernel launches and, fused, the weight gradient's accumulation (a V×H pass a block): 2**28
-#: bf16 logits (512 MB) took the fused cross-entropy layer from 0.71-0.89x F.linear + F.cross_entropy's
-#: time to 0.65-0.72x on an H200 (tools/kernel_tuning.py, N = 16,384, H = 1,024, V = 32k-128k).
+#: as fast as one over all rows. Accelerators take fewer, larger blocks, which amortise kernel launches and,
+#: fused, the weight gradient's accumulation (a V×H pass a block); the budget is the fastest of
+#: tools/kernel_tuning.py's (benchmarks/results/gpu_h200.md).
 _CHUNK_ELEMENTS = {("cpu", False): 1 << 20, ("cpu", True): 1 << 24}
 _ACCELERATOR_CHUNK_ELEMENTS = {False: 1 << 24, True: 1 << 28}
 

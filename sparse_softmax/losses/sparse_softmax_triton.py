@@ -1,7 +1,7 @@
 """Sparse-softmax rows as one Triton kernel: the GPU path of ``sparse_softmax_chunk``.
 
-On a GPU ``torch.topk`` dominates the PyTorch path (69 % of its time on an H100 at V = 128k, bf16: a
-top 10 of 128k columns by radix passes costs more than all of ``F.cross_entropy``). Here one program
+On a GPU ``torch.topk`` dominates the PyTorch path: a top 10 of a long row by radix passes costs more than all
+of ``F.cross_entropy`` (benchmarks/results/gpu_h100.md). Here one program
 scores one row in a single sweep over its logits, in float32 registers: a block of columns at a time
 it updates the running maximum and Σ exp (for the plain nll, as the AS kernel does) and merges the
 block's candidates into the row's running top K. A candidate is a logit at least the running K-th;

@@ -37,9 +37,8 @@ class SparseSoftmaxConfig(FusedOutputConfig):
         default=0.0,
         metadata={"help": "train plain softmax cross-entropy over every class for this fraction of --max-update "
                   "first, then sparse_softmax (as AS-Softmax's delta = 1 warm-up): the top k only means something "
-                  "once the model ranks the vocabulary. It does not save a model trained from scratch (measured: "
-                  "docs/criterions.md, 'Which regime'); a warning at the switch says when flat logits beat the "
-                  "model it hands over. The update count comes from fairseq, so resuming from a checkpoint "
+                  "once the model ranks the vocabulary (docs/criterions.md, 'Which regime', says when it is "
+                  "enough); a warning at the switch says when flat logits beat the model it hands over. The update count comes from fairseq, so resuming from a checkpoint "
                   "continues the schedule",
                   "check": in_range(0, 1, high_open=True)},
     )
