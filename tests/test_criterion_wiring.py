@@ -1,0 +1,175 @@
+"""Every fairseq criterion against the core function it wraps, on the same float64 logits: the loss, the plain
+nll, the sample size and the logged counts equal what the core function gives for the options as the user set
+them, on the counted rows alone (padding dropped before the reference sees the logits). A criterion that hands
+the core a wrong option (1/T for T, no label smoothing, another δ), switches at another update, or lets padding
+in gives another number. No training: these run in the fast tier."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from fairseq.criterions import CRITERION_DATACLASS_REGISTRY, CRITERION_REGISTRY
+from fairseq.data import Dictionary
+
+import user_dir  # noqa: F401  (registers the criterions)
+from sparse_softmax import losses as L
+from test_fairseq_compat import _LogitsModel, _Task
+
+V, SCALE = 12, 10.0  # classes; the stand-in decoder's cosine scale (am_softmax)
+#: (criterion, its config options, the core loss of the counted rows' logits z and targets t, summed)
+CASES = {
+    "softmax": ({"label_smoothing": 0.1}, lambda z, t: L.softmax_loss(z, t, label_smoothing=0.1)),
+    "temperature_softmax": ({"softmax_temperature": 0.8}, lambda z, t: L.temperature_softmax_loss(z, t, 0.8)),
+    "soft_margin_softmax": ({"softmax_margin": 0.3}, lambda z, t: L.soft_margin_softmax_loss(z, t, 0.3)),
+    "am_softmax": ({"softmax_margin": 0.2}, lambda z, t: L.am_softmax_loss(z / SCALE, t, 0.2, SCALE)),
+    "taylor_softmax": ({"taylor_order": 4, "taylor_gradient": "exact"},
+                       lambda z, t: L.taylor_softmax_loss(z, t, 4, "exact")),
+    "sm_taylor_softmax": ({"taylor_order": 2, "softmax_margin": 0.2},
+                          lambda z, t: L.sm_taylor_softmax_loss(z, t, 2, 0.2)),
+    "sparsemax": ({}, lambda z, t: L.sparsemax_loss(z, t)),
+    "entmax15": ({}, lambda z, t: L.entmax15_loss(z, t)),
+    "sparse_softmax": ({"sparse_topk": 4, "label_smoothing": 0.1, "sparse_warmup_ratio": 0.0, "max_update": 0},
+                       lambda z, t: L.sparse_softmax_loss(z, t, 4, label_smoothing=0.1)),
+    "as_softmax": ({"as_delta": 0.3, "as_warmup_ratio": 0.0, "max_update": 0},
+                   lambda z, t: L.as_softmax_loss(z, t, 0.3)),
+}
+
+
+def dictionary() -> Dictionary:
+    d = Dictionary()
+    for i in range(V - len(d)):
+        d.add_symbol(f"w{i}")
+    assert len(d) == V
+    return d
+
+
+def batch(d: Dictionary, seed: int = 0):
+    """Float64 logits (2 sentences × 6 positions × V, within ±SCALE) with padding at the second's end, wide enough
+    apart that AS keeps one, some or every class on different rows; and the fairseq sample."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(2, 6, V, generator=g, dtype=torch.float64) * 3
+    target = torch.randint(d.nspecial, V, (2, 6), generator=g)
+    logits[0, 0, target[0, 0]] += 12  # a row AS masks (the target far ahead)
+    logits[0, 1] *= 0.01  # a dense one
+    logits = logits.clamp(-0.99 * SCALE, 0.99 * SCALE)  # cosine logits for am_softmax, s·cos
+    target[1, 4:] = d.pad()
+    sample = {"net_input": {}, "target": target, "ntokens": int((target != d.pad()).sum())}
+    return logits, target, sample
+
+
+def build(name: str, d: Dictionary, **options):
+    cfg = CRITERION_DATACLASS_REGISTRY[name](sentence_avg=False, **options)
+    return CRITERION_REGISTRY[name].build_criterion(cfg, _Task(d))
+
+
+def counted(logits, target, d):
+    keep = target.reshape(-1) != d.pad()
+    return logits.reshape(-1, V)[keep], target.reshape(-1)[keep]
+
+
+def model_at(logits, update: int = 0):
+    model = _LogitsModel(logits)
+    model.decoder.cosine_scale = SCALE
+    model.num_updates = update
+    return model
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_criterion_is_its_core_loss_on_the_counted_rows(name):
+    d = dictionary()
+    options, core = CASES[name]
+    logits, target, sample = batch(d)
+    z, t = counted(logits, target, d)
+    loss, sample_size, log = build(name, d, **options)(model_at(logits), sample)
+    assert sample_size == log["sample_size"] == sample["ntokens"] == len(t) == 10
+    assert int(log["n_rows"]) == 10
+    torch.testing.assert_close(loss, core(z, t), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(log["nll_loss"], torch.nn.functional.cross_entropy(z, t, reduction="sum"),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_the_gradient_reaches_the_counted_rows_only():
+    d = dictionary()
+    for name, (options, core) in CASES.items():
+        logits, target, sample = batch(d, seed=1)
+        z = logits.clone().requires_grad_(True)
+        build(name, d, **options)(model_at(z), sample)[0].backward()
+        rows, t = counted(logits, target, d)
+        rows = rows.clone().requires_grad_(True)
+        core(rows, t).backward()
+        grad = z.grad.reshape(-1, V)
+        keep = target.reshape(-1) != d.pad()
+        torch.testing.assert_close(grad[keep], rows.grad, rtol=1e-10, atol=1e-12, msg=name)
+        assert (grad[~keep] == 0).all(), f"{name}: padding has a gradient"
+
+
+def test_as_softmax_counts_its_masked_and_dense_rows_by_the_papers_rule():
+    """n_masked: rows where only the target survives ``p_t - p_i > δ``; n_dense: rows that keep every class."""
+    d = dictionary()
+    logits, target, sample = batch(d)
+    z, t = counted(logits, target, d)
+    p = z.softmax(dim=-1)
+    kept = (p.gather(1, t[:, None]) - p) <= 0.3
+    _, _, log = build("as_softmax", d, **CASES["as_softmax"][0])(model_at(logits), sample)
+    assert int(log["n_masked"]) == int((kept.sum(dim=1) == 1).sum()) >= 1
+    assert int(log["n_dense"]) == int(kept.all(dim=1).sum()) >= 1
+    assert float(log["delta_x_rows"]) == pytest.approx(0.3 * 10)
+
+
+@pytest.mark.parametrize("update, warm", [(0, True), (4, True), (5, False), (9, False)])
+def test_sparse_softmax_warmup_switches_at_its_share_of_max_update(update, warm):
+    """--sparse-warmup-ratio 0.5 of --max-update 10: softmax (label-smoothed over every class) for updates 0-4,
+    then Sparse-softmax over the top k; n_warmup_rows says which."""
+    d = dictionary()
+    logits, target, sample = batch(d)
+    z, t = counted(logits, target, d)
+    options = {**CASES["sparse_softmax"][0], "sparse_warmup_ratio": 0.5, "max_update": 10}
+    loss, _, log = build("sparse_softmax", d, **options)(model_at(logits, update), sample)
+    want = L.softmax_loss(z, t, label_smoothing=0.1) if warm else L.sparse_softmax_loss(z, t, 4, label_smoothing=0.1)
+    torch.testing.assert_close(loss, want, rtol=1e-12, atol=1e-12)
+    assert int(log["n_warmup_rows"]) == (10 if warm else 0)
+
+
+@pytest.mark.parametrize("options, deltas", [
+    ({"as_warmup_ratio": 0.3}, {0: 1.0, 2: 1.0, 3: 0.3, 9: 0.3}),  # δ = 1 for the first 3 of 10 updates
+    ({"as_anneal_ratio": 0.5, "as_anneal_from": 0.9}, {0: 0.9, 1: 0.78, 5: 0.3, 9: 0.3}),  # 0.9 → 0.3 over 5
+])
+def test_as_softmax_schedule_reaches_the_core(options, deltas):
+    d = dictionary()
+    logits, target, sample = batch(d)
+    z, t = counted(logits, target, d)
+    criterion = build("as_softmax", d, **{**CASES["as_softmax"][0], "max_update": 10, **options})
+    for update, delta in deltas.items():
+        loss, _, log = criterion(model_at(logits, update), sample)
+        torch.testing.assert_close(loss, L.as_softmax_loss(z, t, delta), rtol=1e-12, atol=1e-12,
+                                   msg=f"update {update}")
+        assert float(log["delta_x_rows"]) == pytest.approx(delta * 10)
+
+
+def test_sparse_softmax_logs_the_flat_slope_of_its_rows():
+    d = dictionary()
+    logits, target, sample = batch(d)
+    z, t = counted(logits, target, d)
+    _, _, log = build("sparse_softmax", d, **CASES["sparse_softmax"][0])(model_at(logits), sample)
+    slope = (z.topk(4, dim=1).values.mean(dim=1) - z.gather(1, t[:, None]).squeeze(1)).sum()
+    assert int(log["n_slope_rows"]) == 10
+    assert float(log["flat_slope_sum"]) == pytest.approx(float(slope))
+
+
+def test_reduce_metrics_reports_bits_per_token():
+    """fairseq's convention: loss and nll_loss per target token in base 2."""
+    from fairseq import metrics
+
+    d = dictionary()
+    logits, target, sample = batch(d)
+    z, t = counted(logits, target, d)
+    criterion = build("sparse_softmax", d, **CASES["sparse_softmax"][0])
+    _, _, log = criterion(model_at(logits), sample)
+    with metrics.aggregate() as agg:
+        type(criterion).reduce_metrics([log, log])
+    smoothed = agg.get_smoothed_values()
+    want = float(L.sparse_softmax_loss(z, t, 4, label_smoothing=0.1)) / 10 / math.log(2)
+    assert smoothed["loss"] == pytest.approx(want, abs=1e-3)
+    nll = float(torch.nn.functional.cross_entropy(z, t)) / math.log(2)
+    assert smoothed["nll_loss"] == pytest.approx(nll, abs=1e-3)
