@@ -173,3 +173,82 @@ def test_reduce_metrics_reports_bits_per_token():
     assert smoothed["loss"] == pytest.approx(want, abs=1e-3)
     nll = float(torch.nn.functional.cross_entropy(z, t)) / math.log(2)
     assert smoothed["nll_loss"] == pytest.approx(nll, abs=1e-3)
+
+
+# ---------------------------------------------------------------------- TrainerLoss (Hugging Face)
+
+#: each single-label name of TrainerLoss with options, and the core loss of the counted rows with the same ones
+HF_CASES = {
+    "softmax": ({"label_smoothing": 0.1}, CASES["softmax"][1]),
+    "sparse_softmax": ({"k": 4, "label_smoothing": 0.1}, CASES["sparse_softmax"][1]),
+    "as_softmax": ({"delta": 0.3}, CASES["as_softmax"][1]),
+    "temperature_softmax": ({"temperature": 0.8}, CASES["temperature_softmax"][1]),
+    "soft_margin_softmax": ({"margin": 0.3}, CASES["soft_margin_softmax"][1]),
+    "am_softmax": ({"margin": 0.2, "scale": SCALE}, lambda z, t: L.am_softmax_loss(z, t, 0.2, SCALE)),
+    "taylor_softmax": ({"order": 4, "gradient": "exact"}, CASES["taylor_softmax"][1]),
+    "sm_taylor_softmax": ({"order": 2, "margin": 0.2}, CASES["sm_taylor_softmax"][1]),
+    "sparsemax": ({}, CASES["sparsemax"][1]),
+    "entmax15": ({}, CASES["entmax15"][1]),
+}
+
+
+def hf_batch(seed: int = 0):
+    """Logits (2 × 6 × V) as a model's output and labels with -100 at the second sequence's end."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(2, 6, V, generator=g, dtype=torch.float64) * 3
+    labels = torch.randint(0, V, (2, 6), generator=g)
+    labels[1, 4:] = -100
+    return logits.clamp(-0.99, 0.99), logits, labels  # cosines for am_softmax, logits for the others
+
+
+@pytest.mark.parametrize("name", sorted(HF_CASES))
+@pytest.mark.parametrize("causal_lm", [False, True])
+def test_trainer_loss_is_its_core_loss_per_counted_row(name, causal_lm):
+    """The loss ``TrainerLoss`` returns for the Trainer: the core loss of the counted rows (labels shifted one to
+    the left for a causal LM, as the model's own loss), divided by ``num_items_in_batch``, or by the rows counted
+    when the Trainer passes none."""
+    from sparse_softmax.hf import TrainerLoss
+
+    options, core = HF_CASES[name]
+    cosines, logits, labels = hf_batch()
+    scores = cosines if name == "am_softmax" else logits
+    if causal_lm:
+        z, t = scores[:, :-1].reshape(-1, V), labels[:, 1:].reshape(-1)
+    else:
+        z, t = scores.reshape(-1, V), labels.reshape(-1)
+    z, t = z[t != -100], t[t != -100]
+    loss_fn = TrainerLoss(name, causal_lm=causal_lm, **options)
+    torch.testing.assert_close(loss_fn({"logits": scores}, labels), core(z, t) / len(t), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(loss_fn({"logits": scores}, labels, num_items_in_batch=40), core(z, t) / 40,
+                               rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("update, warm", [(0, True), (4, True), (5, False)])
+def test_trainer_loss_warmup_switches_at_its_share_of_the_steps(update, warm):
+    from sparse_softmax.hf import TrainerLoss
+
+    _, logits, labels = hf_batch()
+    z, t = logits.reshape(-1, V), labels.reshape(-1)
+    z, t = z[t != -100], t[t != -100]
+    loss_fn = TrainerLoss("sparse_softmax", k=4, label_smoothing=0.1, warmup_ratio=0.5)
+    loss_fn.update, loss_fn.max_update = update, 10  # what LossScheduleCallback sets before each update
+    want = L.softmax_loss(z, t, label_smoothing=0.1) if warm else L.sparse_softmax_loss(z, t, 4, label_smoothing=0.1)
+    torch.testing.assert_close(loss_fn({"logits": logits}, labels), want / len(t), rtol=1e-12, atol=1e-12)
+
+
+def test_trainer_loss_counts_as_softmax_rows_and_delta():
+    from sparse_softmax.hf import TrainerLoss
+
+    _, logits, labels = hf_batch()
+    logits[0, 0, labels[0, 0]] += 12  # a masked row
+    z, t = logits.reshape(-1, V), labels.reshape(-1)
+    z, t = z[t != -100], t[t != -100]
+    p = z.softmax(dim=-1)
+    loss_fn = TrainerLoss("as_softmax", delta=0.3, anneal_ratio=0.5, anneal_from=0.9)
+    loss_fn.update, loss_fn.max_update = 1, 10  # δ = 0.9 - (0.9 - 0.3) · 1/5
+    loss_fn({"logits": logits}, labels)
+    p_delta = 0.9 - 0.6 / 5
+    kept = (p.gather(1, t[:, None]) - p) <= p_delta
+    assert int(loss_fn.totals["rows"]) == 10
+    assert int(loss_fn.totals["masked"]) == int((kept.sum(dim=1) == 1).sum()) >= 1
+    assert float(loss_fn.totals["delta_x_rows"]) == pytest.approx(p_delta * 10)
