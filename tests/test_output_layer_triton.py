@@ -87,9 +87,10 @@ def test_backward_kernels_add_the_pairs_gradients(monkeypatch, piece, by_sorting
     monkeypatch.setattr(kernels, "PIECE_BLOCK", 4)
     n, pairs, h, v = 30, 6, 40, 50
     hidden, weight, _, _ = layer(n + 5, h, v, seed=3)
-    rows = torch.randperm(n + 5)[:n]
+    g = torch.Generator().manual_seed(4)
+    rows = torch.randperm(n + 5, generator=g)[:n]
     classes, grad = gradient_pairs(n, pairs, v)
-    grad_hidden, grad_weight = torch.randn(n + 5, h), torch.randn(v, h)
+    grad_hidden, grad_weight = torch.randn(n + 5, h, generator=g), torch.randn(v, h, generator=g)
     want_hidden = grad_hidden.double().index_add(
         0, rows, (grad[:, :, None].double() * weight.double()[classes]).sum(dim=1))
     want_weight = grad_weight.double().index_add(0, classes.flatten(), (
