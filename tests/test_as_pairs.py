@@ -16,7 +16,7 @@ import as_pairs  # noqa: E402  (experiments/kernels: pyproject.toml's pytest pyt
 from sparse_softmax.losses import _common, fused_output_loss  # noqa: E402
 from sparse_softmax.losses import output_layer_triton  # noqa: E402
 from sparse_softmax.losses.as_softmax import as_softmax_chunk, as_softmax_rows  # noqa: E402
-from test_as_softmax_triton import KERNEL_DEVICE, mixed_rows  # noqa: E402
+from test_as_softmax_triton import KERNEL_DEVICE, masked_and_sparse_layer, mixed_rows  # noqa: E402
 
 
 @pytest.mark.parametrize("cap", [1, 2, 5])
@@ -51,14 +51,8 @@ def test_the_fused_layer_with_pairs_matches_the_blocks(monkeypatch, bias):
     """The loss and gradients of the fused as_softmax with its few-class rows as pairs (backward kernels) and the
     others by the products, against ``fused_output_loss``'s block path on the CPU: masked, sparse and dense rows,
     small blocks, the hidden units in two parts."""
-    g = torch.Generator().manual_seed(5)
-    n, h, v = 40, 16, 300
-    weight = torch.nn.functional.normalize(torch.randn(v, h, generator=g), dim=1)
-    target = torch.randint(0, v, (n,), generator=g)
-    hidden = torch.randn(n, h, generator=g)
-    hidden[::3] = 25 * weight[target[::3]]  # the target far ahead: masked at δ = 0.3
-    hidden[1::3] = 25 * (weight[target[1::3]] + weight[(target[1::3] + 1) % v])  # two classes near 1/2: sparse
-    b = torch.randn(v, generator=g) if bias else None
+    hidden, weight, target, b = masked_and_sparse_layer(bias)
+    n, v = target.numel(), weight.shape[0]
     monkeypatch.setitem(_common._CHUNK_ELEMENTS, ("cpu", True), 12 * v)  # fused blocks of H = 16 rows on the CPU
     monkeypatch.setitem(_common._ACCELERATOR_CHUNK_ELEMENTS, True, 12 * v)  # and on CUDA
     monkeypatch.setattr(output_layer_triton, "BACKWARD_BLOCK_H", 8)

@@ -101,6 +101,19 @@ def test_in_place_writes_the_gradient_over_the_logits():
                                in_place=True)
 
 
+def masked_and_sparse_layer(bias: bool, n: int = 40, h: int = 16, v: int = 300):
+    """(hidden, weight, target, bias or None) of a layer whose rows at δ = 0.3 are masked (the target far ahead),
+    sparse (two classes near 1/2) or dense, a third each."""
+    g = torch.Generator().manual_seed(5)
+    weight = torch.nn.functional.normalize(torch.randn(v, h, generator=g), dim=1)
+    target = torch.randint(0, v, (n,), generator=g)
+    hidden = torch.randn(n, h, generator=g)
+    hidden[::3] = 25 * weight[target[::3]]  # the target far ahead: masked at δ = 0.3
+    hidden[1::3] = 25 * (weight[target[1::3]] + weight[(target[1::3] + 1) % v])  # two classes near 1/2: sparse
+    b = torch.randn(v, generator=g) if bias else None
+    return hidden, weight, target, b
+
+
 @pytest.mark.parametrize("loss, reduction, bias", [
     ("cross_entropy", "sum", False), ("cross_entropy", "none", True), ("as_softmax", "mean", True),
     ("as_softmax", "none", False),
@@ -108,16 +121,10 @@ def test_in_place_writes_the_gradient_over_the_logits():
 def test_fused_output_loss_by_the_row_kernel_matches_the_blocks(monkeypatch, loss, reduction, bias):
     """``fused_output_loss`` on a GPU: cross_entropy (as AS with δ = 1) and as_softmax blocks scored by the
     kernel, against the CPU's block path, with ignored rows, masked and sparse rows (AS) and small blocks."""
-    g = torch.Generator().manual_seed(5)
-    n, h, v = 40, 16, 300
-    weight = torch.nn.functional.normalize(torch.randn(v, h, generator=g), dim=1)
-    target = torch.randint(0, v, (n,), generator=g)
-    hidden = torch.randn(n, h, generator=g)
-    hidden[::3] = 25 * weight[target[::3]]  # the target far ahead: masked at δ = 0.3
-    hidden[1::3] = 25 * (weight[target[1::3]] + weight[(target[1::3] + 1) % v])  # two classes near 1/2: sparse
-    b = torch.randn(v, generator=g) if bias else None
+    hidden, weight, target, b = masked_and_sparse_layer(bias)
+    n, v = target.numel(), weight.shape[0]
     target[[4, 20]] = -100
-    row_scale = torch.rand(n, generator=g) if reduction == "none" else torch.ones(())
+    row_scale = torch.rand(n, generator=torch.Generator().manual_seed(6)) if reduction == "none" else torch.ones(())
     monkeypatch.setitem(_common._CHUNK_ELEMENTS, ("cpu", True), 12 * v)  # fused blocks of H = 16 rows on the CPU
     monkeypatch.setitem(_common._ACCELERATOR_CHUNK_ELEMENTS, True, 12 * v)  # and on CUDA
     results = []

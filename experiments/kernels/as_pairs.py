@@ -20,7 +20,7 @@ import triton.language as tl
 from torch import Tensor
 
 from sparse_softmax.losses import as_softmax_triton as as_kernel  # its settings, read at each launch
-from sparse_softmax.losses.as_softmax_triton import _gradient_block, _row_statistics, block_for
+from sparse_softmax.losses.as_softmax_triton import _gradient_block, _score_row, block_for
 from sparse_softmax.losses.output_layer import _Gradients, _logit_blocks
 
 
@@ -30,14 +30,8 @@ def _as_softmax_row_pairs(z_ptr, z_stride, target_ptr, weight_ptr, delta, loss_p
                           BLOCK: tl.constexpr):
     """The product's AS row kernel with its gradient: a row that keeps 2 to ``CAP`` classes writes them as pairs
     (in column order), a masked row nothing, the others their gradient rows."""
-    row = tl.program_id(0).to(tl.int64)
-    z_row = z_ptr + row * z_stride
-    target = tl.load(target_ptr + row)
-    z_t = tl.load(z_row + target).to(tl.float32)
-    top, total, cutoff, kept_mass, kept = _row_statistics(z_row, z_t, V, delta, ALL_KEPT, BLOCK)
-    tl.store(loss_ptr + row, tl.where(kept == 1, 0.0, tl.log(kept_mass) - (z_t - top)))
-    tl.store(nll_ptr + row, tl.log(total) - (z_t - top))
-    tl.store(kept_ptr + row, kept)
+    row, z_row, target, top, cutoff, kept_mass, kept = _score_row(z_ptr, z_stride, target_ptr, delta, loss_ptr,
+                                                                   nll_ptr, kept_ptr, V, ALL_KEPT, BLOCK)
     weight = tl.load(weight_ptr + row).to(tl.float32)
     as_pairs = kept <= CAP
     if (kept > 1) | ~as_pairs:

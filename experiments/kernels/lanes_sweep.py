@@ -17,8 +17,8 @@ import triton.language as tl
 from torch import Tensor
 
 from sparse_softmax.losses import sparse_softmax_triton as row  # its settings, read at each launch
-from sparse_softmax.losses.sparse_softmax_triton import (LOWEST, _finish_row, _keys, _online_lse, _sweep_merging, _unkey,
-                                                         block_for, empty_rows, top_width)
+from sparse_softmax.losses.sparse_softmax_triton import (LOWEST, _finish_row, _keys, _online_lse, _row, _sweep_merging,
+                                                         _unkey, block_for, empty_rows, top_width)
 
 HIGHEST = tl.constexpr(0x7FFFFFFFFFFFFFFF)
 
@@ -56,10 +56,7 @@ def _lane_keys(z, cols):
 def _sparse_softmax_row_by_lanes(z_ptr, z_stride, target_ptr, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr,
                                  V, WANT_GRAD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr,
                                  INSERT_LIMIT: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)  # the row, as a block of one for _finish_rows
-    z_row = z_ptr + tl.program_id(0).to(tl.int64) * z_stride
-    target = tl.load(target_ptr + row)
-    z_t = tl.load(z_row + target).to(tl.float32)
+    row, z_row, target, z_t = _row(z_ptr, z_stride, target_ptr)
     lane_max, lane_sum, first_col, second, second_col, let_go = _sweep_lanes(z_row, V, BLOCK)
     kept = tl.reshape(tl.join(_lane_keys(lane_max, first_col), _lane_keys(second, second_col)), [1, 2 * BLOCK])
     best = tl.topk(kept, K)

@@ -32,8 +32,14 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @triton.jit
-def _row_statistics(z_row, z_t, V, delta, ALL_KEPT: tl.constexpr, BLOCK: tl.constexpr):
-    """Sweeps (1) and (2) of a row: its maximum ``top``, Σ e, the cutoff, the kept mass Σ_kept e and count."""
+def _score_row(z_ptr, z_stride, target_ptr, delta, loss_ptr, nll_ptr, kept_ptr, V, ALL_KEPT: tl.constexpr,
+               BLOCK: tl.constexpr):
+    """Sweeps (1) and (2) of this program's row, whose loss, nll and kept count it stores. Returns the row, its
+    logits, target, maximum ``top``, cutoff and kept mass Σ_kept e, for the gradient's sweep."""
+    row = tl.program_id(0).to(tl.int64)
+    z_row = z_ptr + row * z_stride
+    target = tl.load(target_ptr + row)
+    z_t = tl.load(z_row + target).to(tl.float32)
     cols = tl.arange(0, BLOCK)
     # (1) per-lane running maximum and sum of exp(z - max), merged at the end (online softmax)
     lane_max = tl.full([BLOCK], float("-inf"), tl.float32)
@@ -62,7 +68,10 @@ def _row_statistics(z_row, z_t, V, delta, ALL_KEPT: tl.constexpr, BLOCK: tl.cons
             kept_count += keep.to(tl.int32)
         kept_mass = tl.sum(kept_sum, axis=0)
         kept = tl.sum(kept_count, axis=0)
-    return top, total, cutoff, kept_mass, kept
+    tl.store(loss_ptr + row, tl.where(kept == 1, 0.0, tl.log(kept_mass) - (z_t - top)))
+    tl.store(nll_ptr + row, tl.log(total) - (z_t - top))
+    tl.store(kept_ptr + row, kept)
+    return row, z_row, target, top, cutoff, kept_mass, kept
 
 
 @triton.jit
@@ -81,18 +90,13 @@ def _gradient_block(z_row, start, V, target, top, cutoff, kept_mass, weight, BLO
 @triton.jit
 def _as_softmax_row(z_ptr, z_stride, target_ptr, weight_ptr, delta, loss_ptr, nll_ptr, kept_ptr, grad_ptr,
                     grad_stride, V, WANT_GRAD: tl.constexpr, ALL_KEPT: tl.constexpr, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    z_row = z_ptr + row * z_stride
-    target = tl.load(target_ptr + row)
-    z_t = tl.load(z_row + target).to(tl.float32)
-    top, total, cutoff, kept_mass, kept = _row_statistics(z_row, z_t, V, delta, ALL_KEPT, BLOCK)
-    tl.store(loss_ptr + row, tl.where(kept == 1, 0.0, tl.log(kept_mass) - (z_t - top)))
-    tl.store(nll_ptr + row, tl.log(total) - (z_t - top))
-    tl.store(kept_ptr + row, kept)
+    # (no name is bound twice: Triton's compiler, unlike its interpreter, refuses a name of two types, even `_`)
+    row, z_row, target, top, cutoff, kept_mass, kept = _score_row(z_ptr, z_stride, target_ptr, delta, loss_ptr,
+                                                                   nll_ptr, kept_ptr, V, ALL_KEPT, BLOCK)
     if WANT_GRAD:
         weight = tl.load(weight_ptr + row).to(tl.float32)
         for start in tl.range(0, V, BLOCK):
-            g, _, inside = _gradient_block(z_row, start, V, target, top, cutoff, kept_mass, weight, BLOCK)
+            g, keep, inside = _gradient_block(z_row, start, V, target, top, cutoff, kept_mass, weight, BLOCK)
             tl.store(grad_ptr + row * grad_stride + start + tl.arange(0, BLOCK), g.to(grad_ptr.dtype.element_ty),
                      mask=inside)
 

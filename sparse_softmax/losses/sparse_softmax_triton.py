@@ -137,12 +137,18 @@ def _sweep_merging(z_row, V, K: tl.constexpr, BLOCK: tl.constexpr, INSERT_LIMIT:
 
 
 @triton.jit
-def _sparse_softmax_row(z_ptr, z_stride, target_ptr, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr, V,
-                        WANT_GRAD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr, INSERT_LIMIT: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)  # the row, as a block of one for _finish_rows
+def _row(z_ptr, z_stride, target_ptr):
+    """This program's row (as a block of one, for ``_finish_rows``), its logits, target and target logit."""
+    row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
     z_row = z_ptr + tl.program_id(0).to(tl.int64) * z_stride
     target = tl.load(target_ptr + row)
-    z_t = tl.load(z_row + target).to(tl.float32)
+    return row, z_row, target, tl.load(z_row + target).to(tl.float32)
+
+
+@triton.jit
+def _sparse_softmax_row(z_ptr, z_stride, target_ptr, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr, V,
+                        WANT_GRAD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr, INSERT_LIMIT: tl.constexpr):
+    row, z_row, target, z_t = _row(z_ptr, z_stride, target_ptr)
     lane_max, lane_sum, best = _sweep_merging(z_row, V, K, BLOCK, INSERT_LIMIT)
     _finish_row(best, lane_max, lane_sum, z_t, row, target, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr,
                 WANT_GRAD, K)
