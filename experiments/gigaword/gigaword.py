@@ -85,11 +85,8 @@ def rouge_scoring(references: Path) -> generation_runs.Scoring:
     names = ["ROUGE-1", "ROUGE-2", "ROUGE-L"]
 
     def score(predictions: Path, way: str) -> dict[str, float]:
-        report = predictions.with_suffix(".json")
-        run([sys.executable, ROOT / "scripts" / "score_summaries.py", predictions, "--refs", references,
-             "--lowercase", "--map-unk", "--json", report])
-        scores = json.loads(report.read_text(encoding="utf-8"))["scores"]
-        return {name: float(scores[name]) for name in names}
+        return generation_runs.scored("score_summaries.py", predictions, predictions.with_suffix(".json"), names,
+                                      ["--refs", references, "--lowercase", "--map-unk"])
 
     ways = {"F1": "ROUGE F1 as UniLM scores Gigaword (rouge-score, Porter stemmer, lower-cased, <unk> as UNK)"}
     return generation_runs.Scoring("ROUGE", names, ("ROUGE-1", "ROUGE-2"), ways, score)
@@ -172,7 +169,8 @@ def data_notes(args, data: dict) -> str:
         record = json.loads(head.read_text(encoding="utf-8"))
         before, after = record["before"], record["after"]
         lines.append(f"- adapted head (`+head`): {record['steps']} steps of {record['batch_size']} lines of the train "
-                     f"split's sources and headlines, {record['seconds']:.0f} s; masked-LM on {record['held_out_lines']} "
+                     f"split's sources and headlines, {record['seconds']:.0f} s; masked-LM on "
+                     f"{record['held_out_lines']} "
                      f"held-out lines: loss {before['loss']:.2f} → {after['loss']:.2f} nats, accuracy "
                      f"{before['accuracy']:.1f} → {after['accuracy']:.1f} %")
     return "\n".join(lines) + "\n"
