@@ -120,19 +120,6 @@ def write_results(out: Path, lines: list[str], plot: Callable[[Path], None]) -> 
 
 
 @contextlib.contextmanager
-def settings(module, **values):
-    """The module's defaults (tile sizes, a path's switch) replaced by ``values`` while inside."""
-    old = {name: getattr(module, name) for name in values}
-    for name, value in values.items():
-        setattr(module, name, value)
-    try:
-        yield
-    finally:
-        for name, value in old.items():
-            setattr(module, name, value)
-
-
-@contextlib.contextmanager
 def deterministic_algorithms(on: bool = True):
     """``torch.use_deterministic_algorithms(on)`` inside, as it was after."""
     before = torch.are_deterministic_algorithms_enabled()
@@ -141,14 +128,6 @@ def deterministic_algorithms(on: bool = True):
         yield
     finally:
         torch.use_deterministic_algorithms(before)
-
-
-def with_settings(module, fn: Callable[[], None], **values) -> Callable[[], None]:
-    """``fn`` run with ``settings(module, **values)``."""
-    def run():
-        with settings(module, **values):
-            fn()
-    return run
 
 
 def sync(device: str) -> None:

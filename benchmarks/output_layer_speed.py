@@ -48,8 +48,9 @@ def make_case(n: int, h: int, v: int, dense_share: float, device: str, dtype: to
             target.to(device))
 
 
-def variants(n: int, h: int, v: int, device: str, dtype: torch.dtype) -> dict[str, tuple]:
-    """name → (step function, inputs, shares): each step does forward and backward on its own inputs."""
+def variants(n: int, h: int, v: int, device: str, dtype: torch.dtype, impl: str = "auto") -> dict[str, tuple]:
+    """name → (step function, inputs): each step does forward and backward on its own inputs, the package's losses
+    by ``impl`` (its tests run the GPU's variants on the CPU with "triton", in Triton's interpreter)."""
     full = make_case(n, h, v, 1.0, device, dtype)
 
     def step(inputs, loss_fn):
@@ -63,13 +64,16 @@ def variants(n: int, h: int, v: int, device: str, dtype: torch.dtype) -> dict[st
         "baseline: F.linear + F.cross_entropy": (step(full, lambda h_, w, t: F.cross_entropy(
             F.linear(h_, w).float(), t, reduction="sum")), full),
         **linear_cross_entropy(step, full),
-        "cross_entropy, fused": (step(full, lambda h_, w, t: fused_output_loss(h_, w, t, "cross_entropy").loss), full),
-        f"sparse_softmax k={K}": (step(full, lambda h_, w, t: sparse_softmax_loss(F.linear(h_, w), t, K)), full),
+        "cross_entropy, fused": (step(full, lambda h_, w, t: fused_output_loss(
+            h_, w, t, "cross_entropy", impl=impl).loss), full),
+        f"sparse_softmax k={K}": (step(full, lambda h_, w, t: sparse_softmax_loss(
+            F.linear(h_, w), t, K, impl=impl)), full),
         f"sparse_softmax k={K}, fused": (step(full, lambda h_, w, t: fused_output_loss(
-            h_, w, t, "sparse_softmax", k=K).loss), full),
-        f"as_softmax δ={DELTA}": (step(full, lambda h_, w, t: as_softmax(F.linear(h_, w), t, DELTA).loss), full),
+            h_, w, t, "sparse_softmax", k=K, impl=impl).loss), full),
+        f"as_softmax δ={DELTA}": (step(full, lambda h_, w, t: as_softmax(F.linear(h_, w), t, DELTA, impl=impl).loss),
+                                  full),
     }
-    if device == "cuda":  # the deterministic backward of the fused sparse_softmax (the weight's gradient by sorting)
+    if device == "cuda" or impl == "triton":  # the fused sparse_softmax's deterministic backward (by sorting)
         fused = out[f"sparse_softmax k={K}, fused"][0]
 
         def deterministic():
@@ -80,7 +84,8 @@ def variants(n: int, h: int, v: int, device: str, dtype: torch.dtype) -> dict[st
     for share in DENSE_SHARES:
         data = make_case(n, h, v, share, device, dtype, seed=1)
         name = f"as_softmax δ={DELTA}, fused, {share:.0%} dense"
-        out[name] = (step(data, lambda h_, w, t: fused_output_loss(h_, w, t, "as_softmax", delta=DELTA).loss), data)
+        out[name] = (step(data, lambda h_, w, t: fused_output_loss(h_, w, t, "as_softmax", delta=DELTA,
+                                                                   impl=impl).loss), data)
     return out
 
 

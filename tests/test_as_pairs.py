@@ -1,21 +1,18 @@
 """AS rows that keep few classes handing their gradient over as pairs (``experiments/kernels/as_pairs.py``, an
 alternative outside the package until a GPU times it): the kernel against the PyTorch path, and the fused layer
-with it against the product's block path. In Triton's interpreter on the CPU, compiled on CUDA."""
+with it against the product's block path. In Triton's interpreter on the CPU (TRITON_INTERPRET=1, set by
+conftest.py), compiled on CUDA."""
 from __future__ import annotations
-
-import os
 
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"  # read when the kernel is decorated, i.e. at its import below
 pytest.importorskip("triton", reason="Triton is not installed")
 
 import as_pairs  # noqa: E402  (experiments/kernels: pyproject.toml's pytest pythonpath)
-from sparse_softmax.losses import _common, fused_output_loss  # noqa: E402
-from sparse_softmax.losses import output_layer_triton  # noqa: E402
+from sparse_softmax.losses import fused_output_loss  # noqa: E402
 from sparse_softmax.losses.as_softmax import as_softmax_chunk, as_softmax_rows  # noqa: E402
+from sparse_softmax.losses.dispatch import Tiles  # noqa: E402
 from test_as_softmax_triton import KERNEL_DEVICE, masked_and_sparse_layer, mixed_rows  # noqa: E402
 
 
@@ -47,22 +44,21 @@ def test_rows_keeping_few_classes_write_their_gradient_as_pairs(cap):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_the_fused_layer_with_pairs_matches_the_blocks(monkeypatch, bias):
+def test_the_fused_layer_with_pairs_matches_the_blocks(bias):
     """The loss and gradients of the fused as_softmax with its few-class rows as pairs (backward kernels) and the
     others by the products, against ``fused_output_loss``'s block path on the CPU: masked, sparse and dense rows,
     small blocks, the hidden units in two parts."""
     hidden, weight, target, b = masked_and_sparse_layer(bias)
     n, v = target.numel(), weight.shape[0]
-    monkeypatch.setitem(_common._CHUNK_ELEMENTS, ("cpu", True), 12 * v)  # fused blocks of H = 16 rows on the CPU
-    monkeypatch.setitem(_common._ACCELERATOR_CHUNK_ELEMENTS, True, 12 * v)  # and on CUDA
-    monkeypatch.setattr(output_layer_triton, "BACKWARD_BLOCK_H", 8)
+    tiles = Tiles(fused_elements=12 * v, backward_block_h=8)  # fused blocks of H = 16 rows
     inputs = [x if x is None else x.clone().requires_grad_(True) for x in (hidden, weight, b)]
-    want = fused_output_loss(inputs[0], inputs[1], target, "as_softmax", delta=0.3, bias=inputs[2])
+    want = fused_output_loss(inputs[0], inputs[1], target, "as_softmax", delta=0.3, bias=inputs[2], impl="torch",
+                             tiles=tiles)
     want.loss.backward()
     assert 0 < int(want.n_masked) < n and int(want.n_dense) < n - int(want.n_masked), "masked, sparse, dense"
     got = as_pairs.fused_as_softmax_by_pairs(*(x if x is None else x.to(KERNEL_DEVICE) for x in (hidden, weight)),
                                              target.to(KERNEL_DEVICE), 0.3, 4,
-                                             bias=None if b is None else b.to(KERNEL_DEVICE))
+                                             bias=None if b is None else b.to(KERNEL_DEVICE), tiles=tiles)
     names = ("loss", "grad hidden", "grad weight", "grad bias")
     for name, a, b_ in zip(names, got, [want.loss, *(x.grad for x in inputs if x is not None)]):
         torch.testing.assert_close(a.cpu(), b_.detach(), rtol=1e-5, atol=1e-5, msg=name)

@@ -1,22 +1,18 @@
 """The Triton kernel of AS-Softmax (``sparse_softmax/losses/as_softmax_triton.py``) against the PyTorch path,
 which test_losses.py checks against brute force: row losses, nll, masked and dense flags and the
-weighted gradient. Without CUDA the kernel runs in Triton's interpreter on the CPU (TRITON_INTERPRET=1),
-so these tests run everywhere Triton is installed; with CUDA they also run compiled on the GPU."""
+weighted gradient. Without CUDA the kernel runs in Triton's interpreter on the CPU (TRITON_INTERPRET=1, set by
+conftest.py), so these tests run everywhere Triton is installed; with CUDA they also run compiled on the GPU."""
 from __future__ import annotations
-
-import os
 
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"  # read when the kernel is decorated, i.e. at its import below
 pytest.importorskip("triton", reason="Triton is not installed")
 
-from sparse_softmax.losses import _common, as_softmax_loss, fused_output_loss, output_layer  # noqa: E402
-from sparse_softmax.losses import as_softmax_triton as as_triton  # noqa: E402
+from sparse_softmax.losses import as_softmax_loss, fused_output_loss  # noqa: E402
 from sparse_softmax.losses.as_softmax import as_softmax_rows  # noqa: E402
 from sparse_softmax.losses.as_softmax_triton import as_softmax_rows_triton  # noqa: E402
+from sparse_softmax.losses.dispatch import Tiles  # noqa: E402
 from test_fused_output_layer import IGNORE, Allocations, as_mix  # noqa: E402
 
 KERNEL_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -118,23 +114,20 @@ def masked_and_sparse_layer(bias: bool, n: int = 40, h: int = 16, v: int = 300):
     ("cross_entropy", "sum", False), ("cross_entropy", "none", True), ("as_softmax", "mean", True),
     ("as_softmax", "none", False),
 ])
-def test_fused_output_loss_by_the_row_kernel_matches_the_blocks(monkeypatch, loss, reduction, bias):
+def test_fused_output_loss_by_the_row_kernel_matches_the_blocks(loss, reduction, bias):
     """``fused_output_loss`` on a GPU: cross_entropy (as AS with δ = 1) and as_softmax blocks scored by the
     kernel, against the CPU's block path, with ignored rows, masked and sparse rows (AS) and small blocks."""
     hidden, weight, target, b = masked_and_sparse_layer(bias)
     n, v = target.numel(), weight.shape[0]
     target[[4, 20]] = -100
     row_scale = torch.rand(n, generator=torch.Generator().manual_seed(6)) if reduction == "none" else torch.ones(())
-    monkeypatch.setitem(_common._CHUNK_ELEMENTS, ("cpu", True), 12 * v)  # fused blocks of H = 16 rows on the CPU
-    monkeypatch.setitem(_common._ACCELERATOR_CHUNK_ELEMENTS, True, 12 * v)  # and on CUDA
+    tiles = Tiles(fused_elements=12 * v)  # fused blocks of H = 16 rows
     results = []
-    for path in ("kernel", "blocks"):
-        monkeypatch.setattr(output_layer, "kernel_for", (lambda tensor, module: as_triton) if path == "kernel"
-                            else (lambda tensor, module: None))
+    for impl in ("triton", "torch"):
         inputs = [x if x is None else x.to(KERNEL_DEVICE, copy=True).requires_grad_(True)  # own .grad a path
                   for x in (hidden, weight, b)]
         out = fused_output_loss(inputs[0], inputs[1], target.to(KERNEL_DEVICE), loss, delta=0.3, bias=inputs[2],
-                                ignore_index=-100, reduction=reduction)
+                                ignore_index=-100, reduction=reduction, impl=impl, tiles=tiles)
         (out.loss * row_scale.to(KERNEL_DEVICE)).sum().backward()
         results.append([out.loss.detach(), out.nll, out.n_masked, out.n_dense]
                        + [x.grad for x in inputs if x is not None])
@@ -145,18 +138,16 @@ def test_fused_output_loss_by_the_row_kernel_matches_the_blocks(monkeypatch, los
         torch.testing.assert_close(a, b_, rtol=1e-5, atol=1e-5, msg=name)
 
 
-def test_masked_rows_take_the_products_without_a_copy_of_the_block(monkeypatch):
+def test_masked_rows_take_the_products_without_a_copy_of_the_block():
     """A block whose AS rows are partly masked takes its two products on the live rows only; their gradient
     reaches them moved to the front of the block's own buffer, never copied out whole beside it, which
     would add up to a block's size to the layer's peak memory. Checked as the tensors of V columns made:
     the block of logits, then nothing over an eighth of its rows."""
     n, h, v = 64, 8, 2000
     hidden, weight, target = as_mix(n, h, v, dtype=torch.float32, seed=3, device=KERNEL_DEVICE)
-    monkeypatch.setitem(_common._ACCELERATOR_CHUNK_ELEMENTS, True, n * v)  # one block of every counted row
-    monkeypatch.setattr(output_layer, "kernel_for", lambda tensor, module: as_triton)
     with Allocations() as tracker:
         out = fused_output_loss(hidden, weight.requires_grad_(True), target, "as_softmax", delta=0.2,
-                                ignore_index=IGNORE)
+                                ignore_index=IGNORE, impl="triton", tiles=Tiles(fused_elements=n * v))  # one block
     counted = n - 1  # as_mix ignores one row
     assert 0 < int(out.n_masked) < counted // 2, "masked rows, and more live ones"
     rows = [shape[0] for _, shape in tracker.made if len(shape) == 2 and shape[1] == v]

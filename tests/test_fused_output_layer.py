@@ -11,7 +11,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import sparse_softmax.losses as L
-from sparse_softmax.losses import _common, fused_output_loss, output_layer
+from sparse_softmax.losses import fused_output_loss, output_layer
+from sparse_softmax.losses.dispatch import Tiles
 
 IGNORE = -100
 OPTIONS = {
@@ -35,13 +36,9 @@ def unfused(logits, target, loss, reduction, options):
     return L.LossResult(value, nll, *counts)
 
 
-@pytest.fixture(autouse=True)
-def small_blocks(monkeypatch):
-    """Blocks of a few rows (7, or as many as the features have dimensions), scored in parts of 3 rows,
-    so the cases cross block and part boundaries, and no block size divides the rows."""
-    for device_type in ("cpu", "cuda"):
-        monkeypatch.setitem(_common._CHUNK_ELEMENTS, (device_type, True), 7 * 97)
-        monkeypatch.setitem(_common._CHUNK_ELEMENTS, (device_type, False), 3 * 97)
+#: Blocks of a few rows (7 of V = 97, or as many as the features have dimensions), scored in parts of 3 rows, so
+#: the cases cross block and part boundaries, and no block size divides the rows.
+SMALL = Tiles(fused_elements=7 * 97, scored_elements=3 * 97)
 
 
 def as_mix(n: int, h: int, v: int, dtype=torch.float64, seed: int = 0, device="cpu"):
@@ -65,7 +62,7 @@ def compare(hidden, weight, bias, target, loss, reduction, options, rtol=1e-7, a
     inputs = [x.detach().clone().requires_grad_(True) for x in (hidden, weight) + ((bias,) if bias is not None else ())]
     reference = [x.detach().clone().requires_grad_(True) for x in inputs]
     got = fused_output_loss(inputs[0], inputs[1], target, loss, bias=inputs[2] if bias is not None else None,
-                            ignore_index=IGNORE, reduction=reduction, **options)
+                            ignore_index=IGNORE, reduction=reduction, tiles=SMALL, **options)
     want = unfused(F.linear(*reference), target, loss, reduction, options)
     for name in ("loss", "nll", "n_masked", "n_dense"):
         torch.testing.assert_close(getattr(got, name), getattr(want, name), rtol=rtol, atol=atol, msg=name)
@@ -106,13 +103,13 @@ def test_sparse_softmax_targets_inside_and_outside_the_top_k_and_ties(device):
     rows = torch.arange(50, device=device)
     target = z.argsort(dim=-1, descending=True)[rows, rows % 8]  # rank 0..7: in and out
     target[::9] = 3  # the tied class itself
-    got = fused_output_loss(hidden, weight, target, "sparse_softmax", k=4)
+    got = fused_output_loss(hidden, weight, target, "sparse_softmax", k=4, tiles=SMALL)
     torch.testing.assert_close(got.loss, L.sparse_softmax_loss(z, target, 4))
     # Which of two tied classes the top k takes may differ; the loss and dL/dh cannot, and their weight rows'
     # gradients together neither.
     h1, w1 = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
     h2, w2 = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
-    fused_output_loss(h1, w1, target, "sparse_softmax", k=4).loss.backward()
+    fused_output_loss(h1, w1, target, "sparse_softmax", k=4, tiles=SMALL).loss.backward()
     L.sparse_softmax_loss(F.linear(h2, w2), target, 4).backward()
     torch.testing.assert_close(h1.grad, h2.grad)
     merged = [w.grad.clone() for w in (w1, w2)]
@@ -135,7 +132,8 @@ def test_tied_weights_get_both_gradients(device):
         emb = emb.to(device).requires_grad_(True)
         hidden = torch.tanh(emb[tokens] @ mix)
         if fused:
-            fused_output_loss(hidden, emb, target, "as_softmax", delta=0.05, ignore_index=IGNORE).loss.backward()
+            fused_output_loss(hidden, emb, target, "as_softmax", delta=0.05, ignore_index=IGNORE,
+                              tiles=SMALL).loss.backward()
         else:
             L.as_softmax_loss(F.linear(hidden, emb), target, 0.05, ignore_index=IGNORE).backward()
         grads.append(emb.grad)
@@ -151,7 +149,8 @@ def test_gradcheck(loss, reduction, device):
     options = {**OPTIONS[loss], "k": 3} if loss == "sparse_softmax" else OPTIONS[loss]
 
     def fn(h, w, b):
-        return fused_output_loss(h, w, target, loss, bias=b, ignore_index=IGNORE, reduction=reduction, **options).loss
+        return fused_output_loss(h, w, target, loss, bias=b, ignore_index=IGNORE, reduction=reduction, tiles=SMALL,
+                                 **options).loss
 
     inputs = tuple(x.clone().requires_grad_(True) for x in (hidden, weight, bias))
     assert torch.autograd.gradcheck(fn, inputs)
@@ -169,7 +168,7 @@ def test_half_precision_inputs(loss, dtype, device):
     if loss == "sparse_softmax":  # half logits tie often; a tie at the k-th makes either class a top k: not compared
         top = F.linear(hidden, weight).float().topk(OPTIONS[loss]["k"] + 1, dim=1).values
         target = torch.where(top[:, -1] == top[:, -2], IGNORE, target)
-    got = fused_output_loss(hidden, weight, target, loss, ignore_index=IGNORE, **OPTIONS[loss])
+    got = fused_output_loss(hidden, weight, target, loss, ignore_index=IGNORE, tiles=SMALL, **OPTIONS[loss])
     assert got.loss.dtype == torch.float32
     h2, w2 = hidden.detach().clone().requires_grad_(True), weight.detach().clone().requires_grad_(True)
     want = unfused(F.linear(h2, w2), target, loss, "sum", OPTIONS[loss])
@@ -210,13 +209,14 @@ class Allocations(TorchDispatchMode):
 
 
 @pytest.mark.parametrize("loss", sorted(OPTIONS))
-def test_no_buffer_of_all_the_logits_is_ever_made(loss, monkeypatch):
-    monkeypatch.setitem(_common._CHUNK_ELEMENTS, ("cpu", True), 64 * 500)  # blocks of 64 of the 1000 rows
+def test_no_buffer_of_all_the_logits_is_ever_made(loss):
+    tiles = Tiles(fused_elements=64 * 500, scored_elements=3 * 97)  # blocks of 64 of the 1000 rows
     hidden, weight, target = as_mix(n=1000, h=8, v=500, dtype=torch.float32, seed=9)
     hidden.requires_grad_(True)
     weight.requires_grad_(True)
     with Allocations() as tracker:
-        fused_output_loss(hidden, weight, target, loss, ignore_index=IGNORE, **OPTIONS[loss]).loss.backward()
+        fused_output_loss(hidden, weight, target, loss, ignore_index=IGNORE, tiles=tiles,
+                          **OPTIONS[loss]).loss.backward()
     assert tracker.largest <= 64 * 500 * 4, f"{tracker.largest} bytes: more than one block of logits"
     with Allocations() as tracker:
         unfused(F.linear(hidden, weight), target, loss, "sum", OPTIONS[loss]).loss.backward()
@@ -224,29 +224,28 @@ def test_no_buffer_of_all_the_logits_is_ever_made(loss, monkeypatch):
 
 
 @pytest.mark.parametrize("loss", ["cross_entropy", "as_softmax"])
-def test_half_precision_weight_gradient_is_summed_where_it_lies(loss, monkeypatch):
+def test_half_precision_weight_gradient_is_summed_where_it_lies(loss):
     """Half inputs: each block's weight-gradient product (in the inputs' dtype) is added to the one float32
     V×H sum as it is read, not first copied to float32: a copy a block would move more bytes than the
     product itself on a GPU."""
-    monkeypatch.setitem(_common._CHUNK_ELEMENTS, ("cpu", True), 64 * 500)  # 16 blocks of the 1000 rows
     hidden, weight, target = as_mix(n=1000, h=8, v=500, dtype=torch.float32, seed=9)
     with Allocations() as tracker:
         fused_output_loss(hidden.bfloat16(), weight.bfloat16().requires_grad_(True), target, loss,
-                          ignore_index=IGNORE, **OPTIONS[loss])  # "sum": the gradients come in the forward
+                          ignore_index=IGNORE, tiles=Tiles(fused_elements=64 * 500), **OPTIONS[loss])  # 16 blocks  # "sum": the gradients come in the forward
     sums = [made for made in tracker.made if made == (torch.float32, (500, 8))]
     assert len(sums) == 1, f"{len(sums)} float32 V×H tensors made"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 @pytest.mark.parametrize("loss", ["cross_entropy", "as_softmax"])
-def test_half_precision_weight_gradient_is_added_by_the_product_on_cuda(loss, monkeypatch):
+def test_half_precision_weight_gradient_is_added_by_the_product_on_cuda(loss):
     """On CUDA, with a torch whose ``addmm`` takes ``out_dtype``, cuBLAS adds each block's half-precision
     weight-gradient product to the float32 sum as it writes it: no V×H tensor but that sum is ever made."""
-    monkeypatch.setitem(_common._ACCELERATOR_CHUNK_ELEMENTS, True, 64 * 500)  # 16 blocks of the 1000 rows
     hidden, weight, target = as_mix(n=1000, h=8, v=500, dtype=torch.float32, seed=9, device="cuda")
     hidden, weight = hidden.bfloat16(), weight.bfloat16().requires_grad_(True)
     with Allocations() as tracker:
-        fused_output_loss(hidden, weight, target, loss, ignore_index=IGNORE, **OPTIONS[loss])
+        fused_output_loss(hidden, weight, target, loss, ignore_index=IGNORE, tiles=Tiles(fused_elements=64 * 500),
+                          **OPTIONS[loss])  # 16 blocks of the 1000 rows
     if not output_layer.mixed_addmm("cuda"):
         pytest.skip(f"torch {torch.__version__}'s addmm does not add a bf16 product to a float32 sum")
     sums = [made for made in tracker.made if made[1] == (500, 8)]
@@ -264,6 +263,9 @@ def test_half_precision_weight_gradient_is_added_by_the_product_on_cuda(loss, mo
     (lambda h, w, t: fused_output_loss(h, w, t, "as_softmax", delta=1.5), "delta must be in"),
     (lambda h, w, t: fused_output_loss(h, w, t, "as_softmax", label_smoothing=0.1), "no label_smoothing"),
     (lambda h, w, t: fused_output_loss(h, w, t, "cross_entropy", reduction="avg"), "reduction"),
+    (lambda h, w, t: fused_output_loss(h, w, t, "cross_entropy", impl="cuda"), "impl must be one of"),
+    (lambda h, w, t: fused_output_loss(h, w, t, "cross_entropy", label_smoothing=0.1, impl="triton"),
+     "impl='triton' cannot run here: no kernel computes cross_entropy with label_smoothing"),
 ])
 def test_bad_input_raises_clear_value_error(call, message):
     hidden, weight, target = as_mix(n=10, h=4, v=20)

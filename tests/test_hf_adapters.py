@@ -108,7 +108,7 @@ def test_multi_label_items_are_rows():
 
 @pytest.mark.parametrize("name, options, message", [
     ("nope", {}, "unknown loss 'nope'"),
-    ("sparse_softmax", {"delta": 0.3}, "sparse_softmax takes ['k', 'label_smoothing'], not ['delta']"),
+    ("sparse_softmax", {"delta": 0.3}, "sparse_softmax takes ['impl', 'k', 'label_smoothing', 'tiles'], not ['delta']"),
     ("softmax", {"warmup_ratio": 0.1}, "softmax has no warm-up"),
     ("sparse_softmax", {"anneal_ratio": 0.5}, "sparse_softmax has no δ to anneal"),
     ("as_softmax", {"anneal_from": 0.5}, "anneal_from is where anneal_ratio starts"),

@@ -1,17 +1,10 @@
-"""benchmarks/loss_speed.py: its losses built and run once on the CPU (with Triton's interpreter set, as on a GPU
-the kernels would be), which a GPU run, rare and short, must not be the first to do."""
+"""benchmarks/loss_speed.py: its losses built and run once on the CPU, which a GPU run, rare and short, must not be
+the first to do."""
 from __future__ import annotations
 
-import os
-
-import pytest
 import torch
 
-
-if not torch.cuda.is_available():  # as in the other kernel tests: Triton reads it when the kernels are imported
-    os.environ["TRITON_INTERPRET"] = "1"
-pytest.importorskip("triton", reason="Triton is not installed")
-import loss_speed  # noqa: E402
+import loss_speed  # benchmarks/: pyproject.toml's pytest pythonpath
 
 
 def test_the_losses_are_built_and_run():

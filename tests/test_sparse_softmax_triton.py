@@ -1,22 +1,18 @@
 """The Triton kernel of Sparse-softmax (``sparse_softmax/losses/sparse_softmax_triton.py``) against the
 PyTorch path, which test_losses.py checks against brute force: row losses, nll and the gradient's
 k + 1 (class, value) pairs, then the loss and the fused output layer with the kernel in place of
-``torch.topk``. Without CUDA the kernel runs in Triton's interpreter on the CPU (TRITON_INTERPRET=1),
-so these tests run everywhere Triton is installed; with CUDA they also run compiled on the GPU."""
+``torch.topk``. Without CUDA the kernel runs in Triton's interpreter on the CPU (TRITON_INTERPRET=1, set by
+conftest.py), so these tests run everywhere Triton is installed; with CUDA they also run compiled on the GPU."""
 from __future__ import annotations
-
-import os
 
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"  # read when the kernel is decorated, i.e. at its import below
 pytest.importorskip("triton", reason="Triton is not installed")
 
-from sparse_softmax.losses import fused_output_loss, output_layer, sparse_softmax_loss  # noqa: E402
-from sparse_softmax.losses import sparse_softmax as sparse_module  # noqa: E402
+from sparse_softmax.losses import fused_output_loss, sparse_softmax_loss  # noqa: E402
 from sparse_softmax.losses import sparse_softmax_triton as kernels  # noqa: E402
+from sparse_softmax.losses.dispatch import Tiles  # noqa: E402
 from sparse_softmax.losses.sparse_softmax import _SparseRows, sparse_softmax_chunk  # noqa: E402
 
 KERNEL_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -58,16 +54,16 @@ def test_kernel_matches_the_pytorch_rows(n, v, k, smoothing):
 
 @pytest.mark.parametrize("order", ["ascending", "descending", "random"])
 @pytest.mark.parametrize("insert_limit", [0, 4, 64])
-def test_kernel_across_many_blocks(monkeypatch, order, insert_limit):
+def test_kernel_across_many_blocks(order, insert_limit):
     """Small blocks, so a row spans many: ascending logits put every block's top ahead of the running top k
     (a merge each block), descending ones none after the first (every later block skipped); the candidates
     are merged by sorting (limit 0), by insertion (64: a block's every column) or by either."""
-    monkeypatch.setattr(kernels, "BLOCK", 16)
-    monkeypatch.setattr(kernels, "INSERT_LIMIT", insert_limit)
     z, target = rows_of(5, 16 * 9 + 5, seed=1)
     if order != "random":
         z = z.sort(dim=1, descending=order == "descending").values
-    assert_same_rows(z, target, 10, 0.0)
+    tiles = Tiles(sparse_block=16, insert_limit=insert_limit)
+    assert_same_rows(z, target, 10, 0.0, lambda *args, **kwargs: kernels.sparse_softmax_chunk_triton(
+        *args, **kwargs, tiles=tiles))
 
 
 def assert_reads_half_logits(dtype, score=kernels.sparse_softmax_chunk_triton):
@@ -106,25 +102,17 @@ def test_scattered_backward_gradchecks_in_float64():
     assert torch.autograd.gradcheck(lambda x: _SparseRows.apply(x, target, 3, 0.2, score), (z,))
 
 
-@pytest.fixture
-def kernel_everywhere(monkeypatch):
-    """``sparse_softmax_loss`` and ``sparse_softmax_chunk`` take the kernel path on any device, and the fused
-    layer its blocks (on CUDA it would take the kernels of test_output_layer_triton.py instead)."""
-    monkeypatch.setattr(sparse_module, "_kernel", lambda logits, k: kernels if k <= kernels.MAX_K else None)
-    monkeypatch.setattr(output_layer, "_sparse_kernels_serve", lambda hidden, k: False)
-
-
 @pytest.mark.parametrize("reduction", ["sum", "mean", "none"])
-def test_loss_with_the_kernel_matches_autograd_through_topk(kernel_everywhere, monkeypatch, reduction):
+def test_loss_with_the_kernel_matches_autograd_through_topk(reduction):
     z, target = (x.to(KERNEL_DEVICE) for x in rows_of(10, 50, seed=5))
     target[4] = -100
-    weights = (torch.rand(10) if reduction == "none" else torch.ones(())).to(KERNEL_DEVICE)
+    weights = (torch.rand(10, generator=torch.Generator().manual_seed(0)) if reduction == "none"
+               else torch.ones(())).to(KERNEL_DEVICE)
     results = []
-    for use_kernel in (True, False):
-        if not use_kernel:
-            monkeypatch.setattr(sparse_module, "_kernel", lambda logits, k: None)
+    for impl in ("triton", "torch"):
         logits = z.clone().requires_grad_(True)
-        loss = sparse_softmax_loss(logits, target, 6, ignore_index=-100, reduction=reduction, label_smoothing=0.1)
+        loss = sparse_softmax_loss(logits, target, 6, ignore_index=-100, reduction=reduction, label_smoothing=0.1,
+                                   impl=impl)
         (loss * weights).sum().backward()
         results.append((loss.detach(), logits.grad))
     (loss_k, grad_k), (loss_t, grad_t) = results
@@ -133,17 +121,28 @@ def test_loss_with_the_kernel_matches_autograd_through_topk(kernel_everywhere, m
     assert (grad_k[4] == 0).all(), "an ignored row has no gradient"
 
 
-def test_fused_output_layer_with_the_kernel(kernel_everywhere, monkeypatch):
+def test_fused_output_layer_with_the_kernels():
+    """The fused layer's kernel path (the row kernel's pairs, then the backward kernels of
+    test_output_layer_triton.py) against its PyTorch blocks, at the default tiles."""
     g = torch.Generator().manual_seed(6)
     hidden, weight = torch.randn(12, 8, generator=g), torch.randn(40, 8, generator=g)
     hidden, weight, target = (x.to(KERNEL_DEVICE) for x in (hidden, weight, torch.randint(0, 40, (12,), generator=g)))
     results = []
-    for use_kernel in (True, False):
-        if not use_kernel:
-            monkeypatch.setattr(sparse_module, "_kernel", lambda logits, k: None)
+    for impl in ("triton", "torch"):
         h, w = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
-        out = fused_output_loss(h, w, target, "sparse_softmax", k=5)
+        out = fused_output_loss(h, w, target, "sparse_softmax", k=5, impl=impl)
         out.loss.backward()
         results.append((out.loss.detach(), out.nll, h.grad, w.grad))
     for name, a, b in zip(("loss", "nll", "grad hidden", "grad weight"), *results):
         torch.testing.assert_close(a, b, msg=name)
+
+
+@pytest.mark.parametrize("logits, k, why", [
+    (torch.zeros(2, 300, dtype=torch.float64), 5, "float32/bfloat16/float16"),
+    (torch.zeros(2, 300), 129, "at most k = 128"),
+])
+def test_impl_triton_says_why_it_cannot_run(logits, k, why):
+    with pytest.raises(ValueError, match=f"impl='triton' cannot run here: .*{why}"):
+        sparse_softmax_loss(logits, torch.zeros(2, dtype=torch.long), k, impl="triton")
+    with pytest.raises(ValueError, match="impl must be one of"):
+        sparse_softmax_loss(logits, torch.zeros(2, dtype=torch.long), 5, impl="cuda")

@@ -5,11 +5,12 @@ registers and spills as ``ptxas`` reports them, with how many of its programs an
 (an upper bound on the rows or tiles in flight: shared memory and the SM's thread limit may allow fewer).
 
 Each kernel is compiled with the arguments its own launch function passes it, captured instead of launched (bf16
-inputs, the modules' default settings, and each alternative: the row kernel and its lanes' sweep
-(``experiments/kernels``), the AS kernel with δ < 1 and δ = 1 and with its few-class rows as pairs (``experiments/kernels``), the sparse layer's
-backward with the weight's gradient by atomic adds or by sorting (deterministic algorithms), and the sorted sum's two
-launches; the row kernel and the backward also at the largest k they take, which asks for the most registers). ``--tuning`` adds the settings
-tools/kernel_tuning.py times. Needs a Triton with its NVIDIA backend (its wheels bring ``ptxas``); exits 1 if
+inputs, the default ``Tiles``, and each alternative: the row kernel and its lanes' sweep (``experiments/kernels``),
+the AS kernel with δ < 1 and δ = 1 and with its few-class rows as pairs (``experiments/kernels``), both row kernels
+without a gradient (its pointers None), the sparse layer's backward with the weight's gradient by atomic adds or by
+sorting (deterministic algorithms), and the sorted sum's two launches; the row kernel and the backward also at the
+largest k they take, which asks for the most registers). ``--tuning`` adds the settings tools/kernel_tuning.py
+times. Needs a Triton with its NVIDIA backend (its wheels bring ``ptxas``); exits 1 if
 a kernel does not compile.
 
     python tools/kernel_compile.py                 # for sm_90 (H100, H200)
@@ -33,28 +34,31 @@ import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
 
 from sparse_softmax.losses import as_softmax_triton, output_layer_triton, sparse_softmax_triton
+from sparse_softmax.losses.dispatch import MAX_K, Tiles
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / part) for part in ("benchmarks", "experiments/kernels")]
 import as_pairs  # noqa: E402  (experiments/kernels: the alternatives a GPU run has yet to decide)
 import lanes_sweep  # noqa: E402
-from measure import deterministic_algorithms, settings  # noqa: E402  (benchmarks/)
+from measure import deterministic_algorithms  # noqa: E402  (benchmarks/)
 
 TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int64: "i64",
          torch.int32: "i32", torch.bool: "i1"}
 
 
 def captured(kernel, launch: Callable[[], object]) -> tuple[tuple, dict]:
-    """The arguments ``launch()`` hands ``kernel`` (a ``triton.jit`` function) in its last launch; the kernel
-    is not run."""
+    """The arguments ``launch()`` hands ``kernel`` (a ``triton.jit`` function) in its last launch. No kernel is run:
+    every launch ``launch()`` makes is captured instead."""
     calls = []
-    kernel.run = lambda *args, grid, warmup, **kwargs: calls.append((args, kwargs))
+    run = JITFunction.run
+    JITFunction.run = lambda self, *args, grid, warmup, **kwargs: calls.append((self, args, kwargs))
     try:
         launch()
     finally:
-        del kernel.run
-    return calls[-1]
+        JITFunction.run = run
+    return next((args, kwargs) for fn, args, kwargs in reversed(calls) if fn is kernel)
 
 
 def signature(kernel, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
@@ -65,7 +69,7 @@ def signature(kernel, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
     types, constants = {}, {}
     for param in kernel.params:
         value = values[param.name]
-        if param.is_constexpr:
+        if param.is_constexpr or value is None:  # an absent pointer is a compile-time None
             types[param.name], constants[param.name] = "constexpr", value
         elif isinstance(value, torch.Tensor):
             types[param.name] = "*" + TYPES[value.dtype]
@@ -104,7 +108,7 @@ def compile_for(kernel, launch: Callable[[], object], arch: int) -> str:
 
 
 def launches(tuning: bool) -> dict[str, tuple]:
-    """name → (kernel, launch function, module settings) for every compile to check."""
+    """name → (kernel, launch function) for every compile to check."""
     g = torch.Generator().manual_seed(0)
     n, h, v, k = 8, 64, 10000, 10  # V above every block any setting asks for, which a smaller V would cut down
     z = torch.randn(n, v, generator=g).bfloat16()
@@ -112,62 +116,63 @@ def launches(tuning: bool) -> dict[str, tuple]:
     hidden, weight = torch.randn(n, h, generator=g).bfloat16(), torch.randn(v, h, generator=g).bfloat16()
     rows, weights = torch.arange(n), torch.ones(n)
     row, layer, lanes = sparse_softmax_triton, output_layer_triton, lanes_sweep._sparse_softmax_row_by_lanes
-    most = row.MAX_K  # the largest k the kernels take: the most registers they ask for
 
-    def row_kernel(top: int = k, launch=row.sparse_softmax_chunk_triton):
-        return launch(z, target, top, 0.1, True)
+    def row_kernel(top: int = k, launch=row.sparse_softmax_chunk_triton, tiles: Tiles = Tiles(), want_grad=True):
+        return launch(z, target, top, 0.1, want_grad, tiles)
 
     def by_lanes(top: int = k):
         return row_kernel(top, lanes_sweep.sparse_softmax_chunk_by_lanes)
 
     def pairs(top: int = k) -> tuple[torch.Tensor, torch.Tensor]:
-        """k + 1 gradient pairs a row, of three classes: more pairs a class than a small PIECE."""
+        """k + 1 gradient pairs a row, of three classes: more pairs a class than a small ``Tiles.piece``."""
         return torch.randint(0, 3, (n, top + 1), generator=g), torch.randn(n, top + 1, generator=g)
 
     def backward(top: int = k):
         layer.sparse_layer_backward_triton(hidden, weight, rows, *pairs(top), torch.zeros(n, h), torch.zeros(v, h))
 
-    def sorted_backward():  # the sorted sum's launches compiled apart, below: here they are not made
-        with settings(layer, sorted_weight_gradient=lambda *args: None), deterministic_algorithms():
+    def sorted_backward():
+        with deterministic_algorithms():
             backward()
 
-    def sorted_sum():  # its last launch adds up the pieces of split classes, when there are any
+    def sorted_sum(tiles: Tiles = Tiles()):  # its last launch adds up the pieces of split classes, when there are any
         classes, grad = pairs()
         layer.sorted_weight_gradient(hidden, rows.repeat_interleave(k + 1), classes.flatten(), grad.flatten(),
-                                     torch.zeros(v, h))
+                                     torch.zeros(v, h), tiles)
 
-    def as_kernel(delta: float):
-        return (as_softmax_triton._as_softmax_row, lambda: as_softmax_triton.as_softmax_rows_triton(
-            z, target, weights, delta, True, in_place=True), as_softmax_triton)
+    def as_kernel(delta: float, tiles: Tiles = Tiles(), want_grad: bool = True):
+        return as_softmax_triton._as_softmax_row, lambda: as_softmax_triton.as_softmax_rows_triton(
+            z, target, weights, delta, want_grad, in_place=True, tiles=tiles)
 
     def as_kernel_pairs():
         return as_pairs.as_softmax_rows_pairs_triton(z, target, weights, 0.3, as_pairs.KeptPairs.empty(n, 32, z.device))
 
-    out = {
-        "Sparse-softmax row kernel": (row._sparse_softmax_row, row_kernel, row, {}),
-        f"Sparse-softmax row kernel, k = {most}": (row._sparse_softmax_row, lambda: row_kernel(most), row, {}),
-        "Sparse-softmax row kernel by lanes (experiments/kernels)": (lanes, by_lanes, row, {}),
-        f"Sparse-softmax row kernel by lanes, k = {most}": (lanes, lambda: by_lanes(most), row, {}),
-        "AS row kernel, δ = 0.3": (*as_kernel(0.3), {}),
-        "AS row kernel, δ = 1 (cross_entropy)": (*as_kernel(1.0), {}),
+    out = {  # at k = MAX_K, the largest the kernels take, they ask for the most registers
+        "Sparse-softmax row kernel": (row._sparse_softmax_row, row_kernel),
+        f"Sparse-softmax row kernel, k = {MAX_K}": (row._sparse_softmax_row, lambda: row_kernel(MAX_K)),
+        "Sparse-softmax row kernel, no gradient": (row._sparse_softmax_row, lambda: row_kernel(want_grad=False)),
+        "Sparse-softmax row kernel by lanes (experiments/kernels)": (lanes, by_lanes),
+        f"Sparse-softmax row kernel by lanes, k = {MAX_K}": (lanes, lambda: by_lanes(MAX_K)),
+        "AS row kernel, δ = 0.3": as_kernel(0.3),
+        "AS row kernel, δ = 1 (cross_entropy)": as_kernel(1.0),
+        "AS row kernel, δ = 0.3, no gradient": as_kernel(0.3, want_grad=False),
         "AS row kernel, δ = 0.3, rows keeping few classes as pairs (experiments/kernels)": (
-            as_pairs._as_softmax_row_pairs, as_kernel_pairs, as_softmax_triton, {}),
-        "layer's backward, weight gradient by atomic adds": (layer._sparse_layer_backward, backward, layer, {}),
-        f"layer's backward, weight gradient by atomic adds, k = {most}": (
-            layer._sparse_layer_backward, lambda: backward(most), layer, {}),
-        "layer's backward, weight gradient by sorting": (layer._sparse_layer_backward, sorted_backward, layer, {}),
-        "sorted weight gradient, pieces": (layer._sum_pieces, sorted_sum, layer, {}),
-        "sorted weight gradient, split classes' pieces added": (layer._sum_pieces, sorted_sum, layer, {"PIECE": 4}),
+            as_pairs._as_softmax_row_pairs, as_kernel_pairs),
+        "layer's backward, weight gradient by atomic adds": (layer._sparse_layer_backward, backward),
+        f"layer's backward, weight gradient by atomic adds, k = {MAX_K}": (
+            layer._sparse_layer_backward, lambda: backward(MAX_K)),
+        "layer's backward, weight gradient by sorting": (layer._sparse_layer_backward, sorted_backward),
+        "sorted weight gradient, pieces": (layer._sum_pieces, sorted_sum),
+        "sorted weight gradient, split classes' pieces added": (layer._sum_pieces, lambda: sorted_sum(Tiles(piece=4))),
     }
     if tuning:
         from kernel_tuning import AS_SETTINGS, ROW_SETTINGS, as_setting, row_setting
         for setting in AS_SETTINGS:
-            name, values = as_setting(*setting)
-            out[f"AS row kernel, δ = 0.3, {name}"] = (*as_kernel(0.3), values)
+            name, tiles = as_setting(*setting)
+            out[f"AS row kernel, δ = 0.3, {name}"] = as_kernel(0.3, tiles)
         for setting in ROW_SETTINGS:
-            name, values, launch = row_setting(*setting)
+            name, tiles, launch = row_setting(*setting)
             kernel = lanes if launch is lanes_sweep.sparse_softmax_chunk_by_lanes else row._sparse_softmax_row
-            out[name] = (kernel, lambda launch=launch: row_kernel(launch=launch), row, values)
+            out[name] = (kernel, lambda launch=launch, tiles=tiles: row_kernel(launch=launch, tiles=tiles))
     return out
 
 
@@ -177,10 +182,9 @@ def main() -> None:
     parser.add_argument("--tuning", action="store_true", help="also every setting kernel_tuning.py times")
     args = parser.parse_args()
     failed = 0
-    for name, (kernel, launch, module, values) in launches(args.tuning).items():
+    for name, (kernel, launch) in launches(args.tuning).items():
         try:
-            with settings(module, **values):
-                print(f"{name}: {compile_for(kernel, launch, args.arch)}", flush=True)
+            print(f"{name}: {compile_for(kernel, launch, args.arch)}", flush=True)
         except Exception as error:  # every kernel gets its turn; the failures are counted and summed up
             failed += 1
             print(f"{name}: FAILED: {type(error).__name__}: {error}", flush=True)

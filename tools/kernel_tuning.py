@@ -13,8 +13,7 @@ gradient, written in place as the fused layer has it: its time does not depend o
 ``F.cross_entropy``'s forward and backward on the same logits; the sparse layer's backward (from k + 1 gradient
 pairs a row, on classes drawn uniformly and from a Zipf law, as a trained model's top k, where a few words are in
 most rows) by sorting, at several piece sizes, against by atomic adds; the block path's forward + backward at
-several block sizes, and with each block's weight-gradient product made and then added to the float32 sum
-(without ``output_layer.mixed_addmm``), against ``F.linear`` + ``F.cross_entropy`` + backward. On a CUDA device;
+several block sizes against ``F.linear`` + ``F.cross_entropy`` + backward. On a CUDA device;
 ``--device cpu`` (in Triton's interpreter) only checks that every step runs.
 
     python tools/kernel_tuning.py --cases 16384x1024x32000,16384x1024x128000
@@ -31,46 +30,48 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from sparse_softmax.losses import _common, fused_output_loss, output_layer
+from sparse_softmax.losses import fused_output_loss, output_layer
 from sparse_softmax.losses import as_softmax_triton as as_kernel
 from sparse_softmax.losses import output_layer_triton as layer_kernel
 from sparse_softmax.losses import sparse_softmax_triton as row_kernel
+from sparse_softmax.losses.dispatch import Tiles
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / part) for part in ("benchmarks", "experiments/kernels")]
 import as_pairs  # noqa: E402  (experiments/kernels: the alternatives a GPU run has yet to decide)
 import lanes_sweep  # noqa: E402
-from measure import best_times, deterministic_algorithms, device_name, with_settings  # noqa: E402  (benchmarks/)
+from measure import best_times, deterministic_algorithms, device_name  # noqa: E402  (benchmarks/)
 
 K = 10
-#: Row kernel settings: BLOCK, NUM_WARPS, INSERT_LIMIT, and whether the sweep is the lanes' (experiments/kernels).
+#: Row kernel settings: block, warps, insert limit (``Tiles.sparse_block``, ``sparse_warps``, ``insert_limit``), and
+#: whether the sweep is the lanes' (experiments/kernels).
 #: Merging, 2 warps, insert ≤ 4 was the fastest on both GPUs measured (benchmarks/results/gpu_h100.md, gpu_h200.md);
 #: the lanes' sweep has not run on one yet.
 ROW_SETTINGS = [(1024, 2, 4, False), (1024, 4, 4, False), (256, 2, 4, True), (512, 2, 4, True), (512, 4, 4, True),
                 (1024, 2, 4, True), (1024, 4, 4, True), (2048, 4, 4, True)]
-#: AS row kernel settings: BLOCK, NUM_WARPS (the default 4096, 4 first).
+#: AS row kernel settings: block, warps (``Tiles.as_block``, ``as_warps``; the default 4096, 4 first).
 AS_SETTINGS = [(4096, 4), (4096, 8), (2048, 4), (2048, 8), (1024, 4), (8192, 8)]
 #: AS rows as pairs (experiments/kernels/as_pairs.py): δ, and the most classes a row may keep to be written as pairs.
 AS_DELTA, AS_CAPS = 0.3, [8, 32]
-#: Sorted weight gradient: the pairs of a class one program sums at most (``output_layer_triton.PIECE``).
+#: Sorted weight gradient: the pairs of a class one program sums at most (``Tiles.piece``).
 PIECES = [64, 256, 1024]
-#: Logits a block of the fused block path may hold on an accelerator: the default (2^28,
-#: ``_common._ACCELERATOR_CHUNK_ELEMENTS``) and two larger; smaller blocks were slower on both GPUs measured
-#: (each block adds its V×H weight-gradient product to the float32 sum).
+#: Logits a block of the fused block path may hold on an accelerator: the default (2^28, ``Tiles.fused_elements``)
+#: and two larger; smaller blocks were slower on both GPUs measured (each block adds its V×H weight-gradient
+#: product to the float32 sum).
 BLOCK_BUDGETS = [1 << 28, 1 << 29, 1 << 30]
 
 
-def row_setting(block: int, warps: int, limit: int, lanes: bool) -> tuple[str, dict, Callable]:
-    """A ``ROW_SETTINGS`` entry: its name, the values it sets in ``sparse_softmax_triton``, and the launch of the
-    sweep it times (the product's merging one, or the lanes' of ``experiments/kernels``)."""
+def row_setting(block: int, warps: int, limit: int, lanes: bool) -> tuple[str, Tiles, Callable]:
+    """A ``ROW_SETTINGS`` entry: its name, its tiles, and the launch of the sweep it times (the product's merging
+    one, or the lanes' of ``experiments/kernels``)."""
     sweep = "by lanes" if lanes else f"merging, insert ≤ {limit}"
     launch = lanes_sweep.sparse_softmax_chunk_by_lanes if lanes else row_kernel.sparse_softmax_chunk_triton
-    return (f"row kernel, block {block}, {warps} warps, {sweep}", dict(BLOCK=block, NUM_WARPS=warps, INSERT_LIMIT=limit),
-            launch)
+    return (f"row kernel, block {block}, {warps} warps, {sweep}",
+            Tiles(sparse_block=block, sparse_warps=warps, insert_limit=limit), launch)
 
 
-def as_setting(block: int, warps: int) -> tuple[str, dict]:
-    """An ``AS_SETTINGS`` entry: the end of its name, and the values it sets in ``as_softmax_triton``."""
-    return f"block {block}, {warps} warps", dict(BLOCK=block, NUM_WARPS=warps)
+def as_setting(block: int, warps: int) -> tuple[str, Tiles]:
+    """An ``AS_SETTINGS`` entry: the end of its name, and its tiles."""
+    return f"block {block}, {warps} warps", Tiles(as_block=block, as_warps=warps)
 
 
 def layer_rows(n: int, h: int, v: int, repeats: int, device: str) -> list[str]:
@@ -79,13 +80,14 @@ def layer_rows(n: int, h: int, v: int, repeats: int, device: str) -> list[str]:
     weight = (torch.randn(v, h, generator=g) / h**0.5).to(device, torch.bfloat16)
     target = torch.randint(0, v, (n,), generator=g).to(device)
     rows = torch.arange(n, device=device)
-    block = _common.chunk_rows(hidden.device, v, fused=True, width=h)
+    tiles = Tiles()
+    block = tiles.rows(hidden.device, v, fused=True, width=h)
 
     def by_blocks():
-        output_layer.sparse_pairs_by_blocks(hidden, weight, None, rows, target, K, 0.0, True)
+        output_layer.sparse_pairs_by_blocks(hidden, weight, None, rows, target, K, 0.0, True, tiles)
 
     def by_blocks_and_lanes():  # the same blocks, scored by the lanes' sweep
-        for done, _, _, z in output_layer._logit_blocks(hidden, weight, None, rows, hidden.dtype):
+        for done, _, _, z in output_layer._logit_blocks(hidden, weight, None, rows, hidden.dtype, tiles):
             lanes_sweep.sparse_softmax_chunk_by_lanes(z, target[done], K, 0.0, True)
 
     steps = {"F.linear (bf16 logits)": lambda: F.linear(hidden, weight),
@@ -101,8 +103,8 @@ def row_rows(n: int, v: int, repeats: int, device: str) -> list[str]:
     steps = {"F.cross_entropy forward (bf16 logits)": lambda: F.cross_entropy(z, target, reduction="sum"),
              f"torch.topk k={K}": lambda: torch.topk(z, K, dim=1)}
     for setting in ROW_SETTINGS:
-        name, values, launch = row_setting(*setting)
-        steps[name] = with_settings(row_kernel, lambda launch=launch: launch(z, target, K, 0.0, True), **values)
+        name, tiles, launch = row_setting(*setting)
+        steps[name] = lambda launch=launch, tiles=tiles: launch(z, target, K, 0.0, True, tiles)
     return table(f"N={n} V={v}", best_times(steps, repeats, device))
 
 
@@ -120,9 +122,9 @@ def as_rows(n: int, v: int, repeats: int, device: str) -> list[str]:
     steps = {"F.cross_entropy forward + backward (bf16 logits)": cross_entropy}
     for delta in (0.3, 1.0):
         for setting in AS_SETTINGS if delta < 1 else AS_SETTINGS[:1]:
-            name, values = as_setting(*setting)
-            steps[f"AS kernel δ={delta}, {name}"] = with_settings(as_kernel, lambda delta=delta: (
-                as_kernel.as_softmax_rows_triton(z, target, weight, delta, True, in_place=True)), **values)
+            name, tiles = as_setting(*setting)
+            steps[f"AS kernel δ={delta}, {name}"] = lambda delta=delta, tiles=tiles: as_kernel.as_softmax_rows_triton(
+                z, target, weight, delta, True, in_place=True, tiles=tiles)
     return table(f"N={n} V={v}", best_times(steps, repeats, device))
 
 
@@ -137,15 +139,15 @@ def backward_rows(n: int, h: int, v: int, repeats: int, device: str) -> list[str
     steps = {}
     for law, classes in (("uniform", torch.randint(0, v, (n, K + 1), generator=g)),
                          ("Zipf", torch.multinomial(zipf, n * (K + 1), replacement=True, generator=g).view(n, K + 1))):
-        def backward(classes=classes.to(device), by_sorting=False):
+        def backward(classes=classes.to(device), by_sorting=False, tiles=Tiles()):
             with deterministic_algorithms(by_sorting):
                 layer_kernel.sparse_layer_backward_triton(hidden, weight, rows, classes, grad, grad_hidden,
-                                                          grad_weight)
+                                                          grad_weight, tiles)
 
         steps[f"{law} classes, weight gradient by atomic adds"] = backward
         for piece in PIECES:
-            steps[f"{law} classes, by sorting, pieces of {piece} pairs"] = with_settings(
-                layer_kernel, lambda backward=backward: backward(by_sorting=True), PIECE=piece)
+            steps[f"{law} classes, by sorting, pieces of {piece} pairs"] = (
+                lambda backward=backward, piece=piece: backward(by_sorting=True, tiles=Tiles(piece=piece)))
     return table(f"N={n} H={h} V={v}", best_times(steps, repeats, device))
 
 
@@ -165,11 +167,9 @@ def block_rows(n: int, h: int, v: int, repeats: int, device: str) -> list[str]:
                                                                        reduction="sum"))}
     for budget in BLOCK_BUDGETS:
         for loss in ("cross_entropy", "as_softmax"):
-            fused = step(lambda loss=loss: fused_output_loss(hidden, weight, target, loss).loss)
-            name = f"{loss}, fused, blocks of {min(n, max(h, budget // v))} rows"
-            steps[name] = with_settings(_common, fused, _ACCELERATOR_CHUNK_ELEMENTS={False: 1 << 24, True: budget})
-            if budget == _common._ACCELERATOR_CHUNK_ELEMENTS[True]:  # each block's product made, then added
-                steps[f"{name}, product then add"] = with_settings(output_layer, fused, mixed_addmm=lambda _: False)
+            name = f"{loss}, fused, blocks of 2^{budget.bit_length() - 1} logits ({min(n, max(h, budget // v))} rows)"
+            steps[name] = step(lambda loss=loss, tiles=Tiles(fused_elements=budget): fused_output_loss(
+                hidden, weight, target, loss, tiles=tiles).loss)
     return table(f"N={n} H={h} V={v}", best_times(steps, repeats, device))
 
 

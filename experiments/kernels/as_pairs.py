@@ -19,8 +19,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from sparse_softmax.losses import as_softmax_triton as as_kernel  # its settings, read at each launch
 from sparse_softmax.losses.as_softmax_triton import _gradient_block, _score_row, block_for
+from sparse_softmax.losses.dispatch import Tiles
 from sparse_softmax.losses.output_layer import _Gradients, _logit_blocks
 
 
@@ -63,7 +63,8 @@ class KeptPairs(NamedTuple):
                          torch.zeros(n, cap, dtype=torch.float32, device=device))
 
 
-def as_softmax_rows_pairs_triton(logits: Tensor, target: Tensor, weight: Tensor, delta: float, pairs: KeptPairs):
+def as_softmax_rows_pairs_triton(logits: Tensor, target: Tensor, weight: Tensor, delta: float, pairs: KeptPairs,
+                                 tiles: Tiles = Tiles()):
     """``as_softmax_rows_triton(..., want_grad=True, in_place=True)`` on contiguous ``logits (n, V)``, with the
     gradient of a row that keeps at most ``pairs.classes.shape[1]`` classes written to ``pairs`` instead of its
     row. Returns the row losses, nll, masked and dense flags, and the gradient (the logits' buffer)."""
@@ -71,15 +72,17 @@ def as_softmax_rows_pairs_triton(logits: Tensor, target: Tensor, weight: Tensor,
     row_loss = torch.empty(n, dtype=torch.float32, device=logits.device)
     nll = torch.empty_like(row_loss)
     if n:
-        _as_softmax_row_pairs[(n,)](logits, logits.stride(0), target, weight, float(delta), row_loss, nll, pairs.kept,
-                                    logits, logits.stride(0), pairs.classes, pairs.values, v,
-                                    CAP=pairs.classes.shape[1], ALL_KEPT=delta >= 1.0, BLOCK=block_for(v),
-                                    num_warps=as_kernel.NUM_WARPS)
+        _as_softmax_row_pairs[(n,)](
+            z_ptr=logits, z_stride=logits.stride(0), target_ptr=target, weight_ptr=weight, delta=float(delta),
+            loss_ptr=row_loss, nll_ptr=nll, kept_ptr=pairs.kept, grad_ptr=logits, grad_stride=logits.stride(0),
+            classes_ptr=pairs.classes, values_ptr=pairs.values, V=v, CAP=pairs.classes.shape[1],
+            ALL_KEPT=delta >= 1.0, BLOCK=block_for(v, tiles.as_block), num_warps=tiles.as_warps)
     return row_loss, nll, pairs.kept == 1, pairs.kept == v, logits
 
 
 def fused_as_softmax_by_pairs(hidden: Tensor, weight: Tensor, target: Tensor, delta: float, cap: int,
-                              bias: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+                              bias: Tensor | None = None, tiles: Tiles = Tiles()
+                              ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """The fused layer's as_softmax, summed over every row of ``hidden (N, H)``, with its few-class rows as pairs:
     (loss, dL/dhidden, dL/dweight, dL/dbias), the gradients in float32, computed in this one pass (GPU, or the CPU
     in Triton's interpreter)."""
@@ -89,12 +92,12 @@ def fused_as_softmax_by_pairs(hidden: Tensor, weight: Tensor, target: Tensor, de
     grads = _Gradients(hidden, weight, bias, torch.float32)
     loss = hidden.new_zeros((), dtype=torch.float32)
     pairs = KeptPairs.empty(n, cap, hidden.device)
-    for done, ids, h, z in _logit_blocks(hidden, weight, bias, rows, hidden.dtype):
+    for done, ids, h, z in _logit_blocks(hidden, weight, bias, rows, hidden.dtype, tiles):
         few = KeptPairs(*(part[done] for part in pairs))
-        row_loss, _, _, _, grad = as_softmax_rows_pairs_triton(z, target[done], ones[done], delta, few)
+        row_loss, _, _, _, grad = as_softmax_rows_pairs_triton(z, target[done], ones[done], delta, few, tiles)
         loss += row_loss.sum()
         grads.live_rows(ids, h, grad, few.kept > cap)
         some = ((few.kept > 1) & (few.kept <= cap)).nonzero().squeeze(1)  # the rows that keep 2 to cap classes
         if some.numel():
-            grads.pairs(hidden, ids[some], few.classes[some], few.values[some])
+            grads.pairs(hidden, ids[some], few.classes[some], few.values[some], tiles)
     return loss, grads.grad_hidden, grads.grad_weight, grads.grad_bias

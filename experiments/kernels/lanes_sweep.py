@@ -16,9 +16,10 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from sparse_softmax.losses import sparse_softmax_triton as row  # its settings, read at each launch
-from sparse_softmax.losses.sparse_softmax_triton import (LOWEST, _finish_row, _keys, _online_lse, _row, _sweep_merging,
-                                                         _unkey, block_for, empty_rows, top_width)
+from sparse_softmax.losses.dispatch import Tiles
+from sparse_softmax.losses.sparse_softmax_triton import (LOWEST, _finish_row, _keys, _row, _sweep_merging, _unkey,
+                                                         block_for, empty_rows, top_width)
+from sparse_softmax.losses.triton_helpers import online_lse
 
 HIGHEST = tl.constexpr(0x7FFFFFFFFFFFFFFF)
 
@@ -42,7 +43,7 @@ def _sweep_lanes(z_row, V, BLOCK: tl.constexpr):
         second = tl.where(above_first, lane_max, tl.where(above_second, z, second))
         second_col = tl.where(above_first, first_col, tl.where(above_second, start + cols, second_col))
         first_col = tl.where(above_first, start + cols, first_col)
-        lane_max, lane_sum = _online_lse(lane_max, lane_sum, z)
+        lane_max, lane_sum = online_lse(lane_max, lane_sum, z)
     return lane_max, lane_sum, first_col, second, second_col, let_go
 
 
@@ -54,7 +55,7 @@ def _lane_keys(z, cols):
 
 @triton.jit
 def _sparse_softmax_row_by_lanes(z_ptr, z_stride, target_ptr, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr,
-                                 V, WANT_GRAD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr,
+                                 swept_ptr, V, WANT_GRAD: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr,
                                  INSERT_LIMIT: tl.constexpr):
     row, z_row, target, z_t = _row(z_ptr, z_stride, target_ptr)
     lane_max, lane_sum, first_col, second, second_col, let_go = _sweep_lanes(z_row, V, BLOCK)
@@ -64,21 +65,30 @@ def _sparse_softmax_row_by_lanes(z_ptr, z_stride, target_ptr, k, smoothing, loss
     kth_value = _unkey(kth)[0]
     # Exact unless a lane let go of a logit above the k-th chosen (three of the top k in one lane: about
     # C(k, 3) / BLOCK² of random rows), or fewer than k logits were finite: then the merging sweep.
-    if tl.max(((tl.max(let_go, axis=0) > kth_value) | (kth == LOWEST)).to(tl.int32), axis=0) > 0:
+    again = tl.max(((tl.max(let_go, axis=0) > kth_value) | (kth == LOWEST)).to(tl.int32), axis=0)
+    if again > 0:
         best = _sweep_merging(z_row, V, K, BLOCK, INSERT_LIMIT)[2]
+    if swept_ptr is not None:
+        tl.store(swept_ptr + tl.program_id(0), again)
     _finish_row(best, lane_max, lane_sum, z_t, row, target, k, smoothing, loss_ptr, nll_ptr, classes_ptr, grad_ptr,
                 WANT_GRAD, K)
 
 
-def sparse_softmax_chunk_by_lanes(z: Tensor, target: Tensor, k: int, label_smoothing: float, want_grad: bool):
-    """``sparse_softmax_chunk_triton`` with the lanes' sweep: the same arguments and outputs."""
+def sparse_softmax_chunk_by_lanes(z: Tensor, target: Tensor, k: int, label_smoothing: float, want_grad: bool,
+                                  tiles: Tiles = Tiles(), swept: Tensor | None = None):
+    """``sparse_softmax_chunk_triton`` with the lanes' sweep: the same arguments and outputs. ``swept``, an (N,)
+    int32 tensor, is set to 1 on the rows that the merging sweep swept again (the lanes may have missed one of
+    their top k), 0 on the others."""
     n, v = z.shape
     if z.stride(1) != 1:
         z = z.contiguous()
-    out, (classes, grad) = empty_rows(n, k, z.device, want_grad)
+    out = empty_rows(n, k, z.device, want_grad)
     top = top_width(k)
     if n:
-        _sparse_softmax_row_by_lanes[(n,)](z, z.stride(0), target, k, float(label_smoothing), out.loss, out.nll,
-                                           classes, grad, v, WANT_GRAD=want_grad, K=top, BLOCK=block_for(v, top),
-                                           INSERT_LIMIT=row.INSERT_LIMIT, num_warps=row.NUM_WARPS)
+        _sparse_softmax_row_by_lanes[(n,)](
+            z_ptr=z, z_stride=z.stride(0), target_ptr=target, k=k, smoothing=float(label_smoothing),
+            loss_ptr=out.loss, nll_ptr=out.nll, classes_ptr=out.classes, grad_ptr=out.grad, swept_ptr=swept, V=v,
+            WANT_GRAD=want_grad,
+            K=top, BLOCK=block_for(v, top, tiles.sparse_block), INSERT_LIMIT=tiles.insert_limit,
+            num_warps=tiles.sparse_warps)
     return out

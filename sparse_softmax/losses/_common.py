@@ -6,10 +6,6 @@ dtype; autograd casts the gradient back to the input dtype.
 """
 from __future__ import annotations
 
-import functools
-import importlib
-import importlib.util
-from types import ModuleType
 from typing import NamedTuple
 
 import torch
@@ -25,6 +21,15 @@ class LossResult(NamedTuple):
     nll: Tensor  # plain softmax cross-entropy of the same logits, same reduction, no gradient
     n_masked: Tensor  # int64 scalar: counted rows with loss and gradient 0 (AS-Softmax's masked samples)
     n_dense: Tensor  # int64 scalar: counted rows whose gradient w.r.t. the logits is dense (every class)
+
+
+class SparseChunk(NamedTuple):
+    """One block of rows scored by Sparse-softmax; per-row tensors have shape ``(B,)``."""
+
+    loss: Tensor  # unweighted row losses
+    nll: Tensor  # plain softmax cross-entropy of the same logits
+    classes: Tensor | None  # (B, k + 1): the top k, then the target (which may repeat one of them)
+    grad: Tensor | None  # (B, k + 1): the gradient w.r.t. the logits of those classes (repeats add up)
 
 
 class Rows(NamedTuple):
@@ -113,22 +118,6 @@ def row_weights(valid: Tensor, reduction: str, dtype: torch.dtype) -> Tensor:
     return weight / valid.sum() if reduction == "mean" else weight
 
 
-#: Logits per block of rows processed at once: on the CPU a block of plain logits stays in cache, while a
-#: block computed from features (fused) is larger, since each block's product reads the whole output
-#: weight again: it takes at least as many rows as the features have dimensions, which keeps the product
-#: as fast as one over all rows. Accelerators take fewer, larger blocks, which amortise kernel launches and,
-#: fused, the weight gradient's accumulation (a V×H pass a block); the budget is the fastest of
-#: tools/kernel_tuning.py's (benchmarks/results/gpu_h200.md).
-_CHUNK_ELEMENTS = {("cpu", False): 1 << 20, ("cpu", True): 1 << 24}
-_ACCELERATOR_CHUNK_ELEMENTS = {False: 1 << 24, True: 1 << 28}
-
-
-def chunk_rows(device: torch.device, num_classes: int, fused: bool, width: int = 1) -> int:
-    """How many rows of ``num_classes`` logits to process per block (at least ``width``)."""
-    budget = _CHUNK_ELEMENTS.get((device.type, fused), _ACCELERATOR_CHUNK_ELEMENTS[fused])
-    return max(width, budget // num_classes, 1)
-
-
 def reduce_rows(row_loss: Tensor, valid: Tensor | None, reduction: str) -> Tensor:
     """Zero the ignored rows, then reduce like ``F.cross_entropy`` (mean = over non-ignored rows)."""
     if valid is not None:
@@ -139,21 +128,3 @@ def reduce_rows(row_loss: Tensor, valid: Tensor | None, reduction: str) -> Tenso
         return row_loss.sum()
     count = valid.sum() if valid is not None else row_loss.new_tensor(row_loss.shape[0])
     return row_loss.sum() / count
-
-
-@functools.cache
-def triton_kernels(module: str) -> ModuleType | None:
-    """The Triton kernel module ``module`` of this package, or None where Triton is not installed
-    (PyTorch's CUDA builds ship it; CPU builds need not)."""
-    if importlib.util.find_spec("triton") is None:
-        return None
-    return importlib.import_module(f"{__package__}.{module}")
-
-
-def kernel_for(logits: Tensor, module: str) -> ModuleType | None:
-    """The Triton kernels of ``module`` when they serve ``logits``: a CUDA tensor of one of the module's
-    ``DTYPES`` (float64 stays on the PyTorch path, the kernels compute in float32)."""
-    if not logits.is_cuda:
-        return None
-    kernels = triton_kernels(module)
-    return kernels if kernels is not None and logits.dtype in kernels.DTYPES else None

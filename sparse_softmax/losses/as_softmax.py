@@ -19,8 +19,11 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ._common import (LossResult, check_range, chunk_rows, compute_dtype, exp_shifted_, kernel_for, prepare_rows,
-                      row_weights)
+from ._common import LossResult, check_range, compute_dtype, exp_shifted_, prepare_rows, row_weights
+from .dispatch import TRITON, Tiles, check_impl, use_triton
+
+if TRITON:
+    from .as_softmax_triton import as_softmax_rows_triton
 
 
 class ASChunk(NamedTuple):
@@ -58,13 +61,13 @@ def as_softmax_chunk(z: Tensor, target: Tensor, delta: float, want_grad: bool) -
     return ASChunk(loss, (total.log() - log_e_t).squeeze(1), masked, kept, dropped, grad)
 
 
-def as_softmax_rows(logits: Tensor, target: Tensor, weight: Tensor, delta: float, want_grad: bool):
+def as_softmax_rows(logits: Tensor, target: Tensor, weight: Tensor, delta: float, want_grad: bool,
+                    impl: str = "auto", tiles: Tiles = Tiles()):
     """Row losses, nll, masked and dense (every class kept) flags of ``logits (N, V)``, block by block,
     and the gradient of ``Σ weight · loss`` w.r.t. the logits when ``want_grad``. On a GPU one Triton
-    kernel does it (``as_softmax_triton.py``)."""
-    kernel = kernel_for(logits, "as_softmax_triton")
-    if kernel is not None:
-        return kernel.as_softmax_rows_triton(logits, target, weight, delta, want_grad)
+    kernel does it (``as_softmax_triton.py``); ``impl`` and ``tiles`` as ``as_softmax``'s."""
+    if use_triton(logits, impl):
+        return as_softmax_rows_triton(logits, target, weight, delta, want_grad, tiles=tiles)
     n, v = logits.shape
     dtype = compute_dtype(logits)
     grad = torch.empty_like(logits) if want_grad else None
@@ -72,7 +75,7 @@ def as_softmax_rows(logits: Tensor, target: Tensor, weight: Tensor, delta: float
     nll = torch.empty_like(row_loss)
     masked = torch.empty(n, dtype=torch.bool, device=logits.device)
     dense = torch.empty_like(masked)
-    step = chunk_rows(logits.device, v, fused=False)
+    step = tiles.rows(logits.device, v, fused=False)
     buffer = torch.empty(min(step, n), v, dtype=dtype, device=logits.device)  # one block's logits, reused
     for start in range(0, n, step):
         end = min(n, start + step)
@@ -87,10 +90,11 @@ def as_softmax_rows(logits: Tensor, target: Tensor, weight: Tensor, delta: float
 
 class _ASSoftmax(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, weight: Tensor, delta: float, per_row: bool):
+    def forward(ctx, logits: Tensor, target: Tensor, weight: Tensor, delta: float, per_row: bool, impl: str,
+                tiles: Tiles):
         """(weighted loss, row nll, masked, dense); the gradient is computed here, backward scales it."""
-        row_loss, nll, masked, dense, grad = as_softmax_rows(logits, target, weight, delta,
-                                                             want_grad=ctx.needs_input_grad[0])
+        row_loss, nll, masked, dense, grad = as_softmax_rows(logits, target, weight, delta, ctx.needs_input_grad[0],
+                                                             impl, tiles)
         ctx.per_row = per_row
         ctx.save_for_backward(grad)
         ctx.mark_non_differentiable(nll, masked, dense)
@@ -106,22 +110,38 @@ class _ASSoftmax(torch.autograd.Function):
         # it is never modified in place, so repeated backward passes stay correct.
         elif not (grad_loss.numel() == 1 and float(grad_loss) == 1.0):
             grad = grad * grad_loss.to(grad.dtype)
-        return grad, None, None, None, None
+        return grad, None, None, None, None, None, None
 
 
 def as_softmax(logits: Tensor, target: Tensor, delta: float, ignore_index: int | None = None,
-               reduction: str = "sum") -> LossResult:
-    """AS-Softmax loss with the plain CE and the masked and dense row counts, from one pass over the logits."""
+               reduction: str = "sum", *, impl: str = "auto", tiles: Tiles = Tiles()) -> LossResult:
+    """AS-Softmax loss with the plain CE and the masked and dense row counts, from one pass over the logits.
+
+    Args:
+        logits: (N, V) scores, any float dtype (computed in float32; float64 in float64).
+        target: (N,) integer classes; rows equal to ``ignore_index`` count for nothing.
+        delta: δ in [0, 1]: class i is dropped when ``p_t - p_i > δ``.
+        ignore_index, reduction: as ``F.cross_entropy``'s ("sum", "mean" over counted rows, "none").
+        impl: "auto", "torch" or "triton" (``dispatch.use_triton``): on a GPU one Triton kernel scores a row in
+            float32 registers, with no float32 copy of the logits.
+        tiles: the sizes of the blocks of rows (PyTorch) or of the kernel's loads (``dispatch.Tiles``).
+
+    Returns:
+        ``LossResult``: the loss and plain nll, reduced (scalars, or (N,) with "none"), and the counted rows that
+        are masked (only the target kept) and dense (every class kept).
+    """
     rows = prepare_rows(logits, target, ignore_index, reduction)
     check_range("delta", delta, 0.0, 1.0)
+    check_impl(impl)
     weight = row_weights(rows.valid, reduction, compute_dtype(logits))
-    loss, nll, masked, dense = _ASSoftmax.apply(logits, rows.target, weight, float(delta), reduction == "none")
+    loss, nll, masked, dense = _ASSoftmax.apply(logits, rows.target, weight, float(delta), reduction == "none",
+                                                impl, tiles)
     nll = torch.where(rows.valid, nll * weight, torch.zeros_like(nll))
     return LossResult(loss, nll if reduction == "none" else nll.sum(), (masked & rows.valid).sum(),
                       (dense & rows.valid).sum())
 
 
 def as_softmax_loss(logits: Tensor, target: Tensor, delta: float, ignore_index: int | None = None,
-                    reduction: str = "sum") -> Tensor:
-    """AS-Softmax cross-entropy (``as_softmax`` gives the counts the criterion logs too)."""
-    return as_softmax(logits, target, delta, ignore_index, reduction).loss
+                    reduction: str = "sum", *, impl: str = "auto", tiles: Tiles = Tiles()) -> Tensor:
+    """AS-Softmax cross-entropy: ``as_softmax``'s loss (which gives the counts the criterion logs too)."""
+    return as_softmax(logits, target, delta, ignore_index, reduction, impl=impl, tiles=tiles).loss

@@ -22,13 +22,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .sparse_softmax_triton import _online_lse
-
-#: Logits per load: wide enough to keep the memory system busy, small enough for registers; and warps per
-#: row (Triton's default). tools/kernel_tuning.py times others: at these a program takes 168 registers
-#: a thread on sm_90 (tools/kernel_compile.py), so an SM holds only three rows at once.
-BLOCK, NUM_WARPS = 4096, 4
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+from .dispatch import Tiles
+from .triton_helpers import online_lse
 
 
 @triton.jit
@@ -46,7 +41,7 @@ def _score_row(z_ptr, z_stride, target_ptr, delta, loss_ptr, nll_ptr, kept_ptr, 
     lane_sum = tl.zeros([BLOCK], tl.float32)
     for start in tl.range(0, V, BLOCK):
         z = tl.load(z_row + start + cols, mask=start + cols < V, other=float("-inf")).to(tl.float32)
-        lane_max, lane_sum = _online_lse(lane_max, lane_sum, z)
+        lane_max, lane_sum = online_lse(lane_max, lane_sum, z)
     top = tl.max(lane_max, axis=0)
     total = tl.sum(lane_sum * tl.exp(lane_max - top), axis=0)
     cutoff = tl.exp(z_t - top) - delta * total
@@ -101,12 +96,24 @@ def _as_softmax_row(z_ptr, z_stride, target_ptr, weight_ptr, delta, loss_ptr, nl
                      mask=inside)
 
 
-def as_softmax_rows_triton(logits: Tensor, target: Tensor, weight: Tensor, delta: float, want_grad: bool,
-                           in_place: bool = False):
-    """``as_softmax_rows`` for float32/16 logits on a GPU (or the CPU under ``TRITON_INTERPRET=1``):
-    row losses, nll, masked and dense flags, and the gradient of ``Σ weight · loss`` in the logits' dtype,
-    written over the (contiguous) logits with ``in_place``: each program reads a block of its row before it
-    writes the block's gradient, and no program reads another's row."""
+def as_softmax_rows_triton(logits: Tensor, target: Tensor, weight: Tensor | None, delta: float, want_grad: bool,
+                           in_place: bool = False, tiles: Tiles = Tiles()):
+    """``as_softmax_rows`` by the AS row kernel, one program a row.
+
+    Args:
+        logits: (N, V) float32/bfloat16/float16 on a GPU (or the CPU under ``TRITON_INTERPRET=1``).
+        target: (N,) int64 classes.
+        weight: (N,) each row's weight in the loss whose gradient is asked for (only read with ``want_grad``).
+        delta: AS-Softmax's δ; at 1 no class is dropped (cross_entropy).
+        want_grad: also write the gradient of ``Σ weight · loss``.
+        in_place: write the gradient over the (contiguous) logits: each program reads a block of its row before
+            it writes the block's gradient, and no program reads another's row.
+        tiles: ``as_block`` and ``as_warps`` are read.
+
+    Returns:
+        (row losses, nll, masked, dense): (N,) float32, float32, bool (only the target kept), bool (every class
+        kept); and the (N, V) gradient in the logits' dtype, or None.
+    """
     n, v = logits.shape
     if logits.stride(1) != 1:
         if in_place:
@@ -115,14 +122,16 @@ def as_softmax_rows_triton(logits: Tensor, target: Tensor, weight: Tensor, delta
     row_loss = torch.empty(n, dtype=torch.float32, device=logits.device)
     nll = torch.empty_like(row_loss)
     kept = torch.empty(n, dtype=torch.int32, device=logits.device)
-    grad = (logits if in_place else torch.empty_like(logits)) if want_grad else row_loss  # the kernel ignores it then
+    grad = (logits if in_place else torch.empty_like(logits)) if want_grad else None
     if n:
-        _as_softmax_row[(n,)](logits, logits.stride(0), target, weight, float(delta), row_loss, nll, kept, grad,
-                              grad.stride(0), v, WANT_GRAD=want_grad, ALL_KEPT=delta >= 1.0, BLOCK=block_for(v),
-                              num_warps=NUM_WARPS)
-    return row_loss, nll, kept == 1, kept == v, grad if want_grad else None
+        _as_softmax_row[(n,)](
+            z_ptr=logits, z_stride=logits.stride(0), target_ptr=target, weight_ptr=weight if want_grad else None,
+            delta=float(delta), loss_ptr=row_loss, nll_ptr=nll, kept_ptr=kept, grad_ptr=grad,
+            grad_stride=logits.stride(0) if grad is None else grad.stride(0), V=v, WANT_GRAD=want_grad,
+            ALL_KEPT=delta >= 1.0, BLOCK=block_for(v, tiles.as_block), num_warps=tiles.as_warps)
+    return row_loss, nll, kept == 1, kept == v, grad
 
 
-def block_for(v: int) -> int:
-    """The logits a program loads at once from a row of ``v``: ``BLOCK``, fewer for a short row."""
-    return min(BLOCK, triton.next_power_of_2(v))
+def block_for(v: int, block: int) -> int:
+    """The logits a program loads at once from a row of ``v``: ``block``, fewer for a short row."""
+    return min(block, triton.next_power_of_2(v))

@@ -35,21 +35,32 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._common import (LossResult, check_range, check_reduction, chunk_rows, compute_dtype, kernel_for, prepare_targets,
-                      row_weights, triton_kernels)
+from ._common import LossResult, check_range, check_reduction, compute_dtype, prepare_targets, row_weights
 from .as_softmax import as_softmax_chunk
+from .dispatch import TRITON, Tiles, check_impl, use_triton
 from .softmax_variants import softmax_chunk
 from .sparse_softmax import sparse_softmax_chunk
+
+if TRITON:
+    from .as_softmax_triton import as_softmax_rows_triton
+    from .output_layer_triton import sparse_layer_backward_triton
+    from .sparse_softmax_triton import empty_rows, sparse_softmax_chunk_triton
 
 LOSSES = ("cross_entropy", "sparse_softmax", "as_softmax")
 #: An AS row keeping more than this share of the classes takes the dense products: gathering and
 #: scattering weight rows one by one costs more per class than the matrix products do.
 _DENSE_SHARE = 1 / 16
+
+
 class _Spec(NamedTuple):
+    """The loss and how it runs, as ``fused_output_loss`` was asked."""
+
     loss: str
     k: int
     delta: float
     label_smoothing: float
+    impl: str
+    tiles: Tiles
 
 
 class _Scores(NamedTuple):
@@ -119,11 +130,11 @@ class _Gradients:
         if entries:
             self.sparse(ids, h, *(torch.cat(parts) for parts in zip(*entries)))
 
-    def pairs(self, hidden: Tensor, rows: Tensor, classes: Tensor, values: Tensor) -> None:
+    def pairs(self, hidden: Tensor, rows: Tensor, classes: Tensor, values: Tensor, tiles: Tiles) -> None:
         """Rows ``rows`` of ``hidden`` whose logit gradient is given as (class, value) pairs, ``classes`` and
         ``values`` (n, P): their gradients by the sparse layer's backward kernels (GPU)."""
-        triton_kernels("output_layer_triton").sparse_layer_backward_triton(
-            hidden, self.weight, rows, classes, values, self.grad_hidden, self.grad_weight)
+        sparse_layer_backward_triton(hidden, self.weight, rows, classes, values, self.grad_hidden, self.grad_weight,
+                                     tiles)
         if self.grad_bias is not None:
             self.grad_bias.index_add_(0, classes.flatten(), values.flatten())
 
@@ -182,7 +193,7 @@ def _score_part(z: Tensor, target: Tensor, row_weight: Tensor | None, spec: _Spe
             part = part._replace(product_rows=torch.arange(b, device=z.device))
         return part
     if spec.loss == "sparse_softmax":
-        scored = sparse_softmax_chunk(z, target, spec.k, spec.label_smoothing, want)
+        scored = sparse_softmax_chunk(z, target, spec.k, spec.label_smoothing, want, spec.impl, spec.tiles)
         part = _Part(scored.loss, scored.nll, no_row, every if spec.k == v else no_row, None, None)
         if want:
             rows = torch.arange(b, device=z.device).repeat_interleave(spec.k + 1)
@@ -209,10 +220,11 @@ def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tenso
     The logits are computed a large block of rows at a time (a product's speed needs many rows), and
     scored in parts small enough to stay in cache through the loss's several passes over them.
     """
-    if spec.loss == "sparse_softmax" and _sparse_kernels_serve(hidden, spec.k):
-        return _score_sparse_rows(hidden, weight, bias, rows, target, row_weight, spec)
-    if (kernel := _row_kernel(hidden, spec)) is not None:
-        return _score_rows_by_row_kernel(kernel, hidden, weight, bias, rows, target, row_weight, spec)
+    if spec.loss == "sparse_softmax":
+        if use_triton(hidden, spec.impl, spec.k):
+            return _score_sparse_rows(hidden, weight, bias, rows, target, row_weight, spec)
+    elif use_triton(hidden, spec.impl, refused=_row_kernel_refuses(spec)):
+        return _score_rows_by_row_kernel(hidden, weight, bias, rows, target, row_weight, spec)
     n, v = rows.numel(), weight.shape[0]
     dtype = compute_dtype(hidden)
     loss = torch.empty(n, dtype=dtype, device=hidden.device)
@@ -220,8 +232,8 @@ def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tenso
     masked = torch.zeros(n, dtype=torch.bool, device=hidden.device)
     dense = torch.zeros_like(masked)
     grads = None if row_weight is None else _Gradients(hidden, weight, bias, dtype)
-    part_rows = chunk_rows(hidden.device, v, fused=False)
-    for block, ids, h, z in _logit_blocks(hidden, weight, bias, rows, dtype):
+    part_rows = spec.tiles.rows(hidden.device, v, fused=False)
+    for block, ids, h, z in _logit_blocks(hidden, weight, bias, rows, dtype, spec.tiles):
         product_rows, entries = [], []
         for first in range(0, ids.numel(), part_rows):
             local = slice(first, first + part_rows)
@@ -237,11 +249,12 @@ def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tenso
     return _scores(loss, nll, masked, dense, grads)
 
 
-def _logit_blocks(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, dtype: torch.dtype):
+def _logit_blocks(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, dtype: torch.dtype,
+                  tiles: Tiles):
     """Each block of the counted ``rows``: (its slice of ``rows``, its rows of hidden, their features, their
     logits in ``dtype``), the logits written into one buffer reused by every block."""
     n, v = rows.numel(), weight.shape[0]
-    step = chunk_rows(hidden.device, v, fused=True, width=hidden.shape[1])
+    step = tiles.rows(hidden.device, v, fused=True, width=hidden.shape[1])
     buffer = torch.empty(min(step, n), v, dtype=dtype, device=hidden.device)
     for start in range(0, n, step):
         ids = rows[start:start + step]
@@ -255,53 +268,48 @@ def _scores(loss: Tensor, nll: Tensor, masked: Tensor, dense: Tensor, grads: _Gr
     return _Scores(loss, nll, masked, dense, grads.grad_hidden, grads.grad_weight, grads.grad_bias)
 
 
-def _sparse_kernels_serve(hidden: Tensor, k: int) -> bool:
-    """Whether the Triton kernels of the GPU sparse_softmax layer serve these features and this k."""
-    kernel = kernel_for(hidden, "sparse_softmax_triton")
-    return kernel is not None and k <= kernel.MAX_K
-
-
 def _score_sparse_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, target: Tensor,
                        row_weight: Tensor | None, spec: _Spec) -> _Scores:
     """``_score_rows`` for sparse_softmax by the kernels: the gradient pairs of every counted row, a block of
     logits at a time, then the backward kernels' gathers and scatter-adds over all rows at once."""
     want = row_weight is not None
-    scored = sparse_pairs_by_blocks(hidden, weight, bias, rows, target, spec.k, spec.label_smoothing, want)
+    scored = sparse_pairs_by_blocks(hidden, weight, bias, rows, target, spec.k, spec.label_smoothing, want,
+                                    spec.tiles)
     n, v = rows.numel(), weight.shape[0]
     masked = torch.zeros(n, dtype=torch.bool, device=hidden.device)
     dense = masked if spec.k < v else ~masked
     grads = None
     if want:
         grads = _Gradients(hidden, weight, bias, compute_dtype(hidden))
-        grads.pairs(hidden, rows, scored.classes, scored.grad.mul_(row_weight[:, None].to(scored.grad.dtype)))
+        grads.pairs(hidden, rows, scored.classes, scored.grad.mul_(row_weight[:, None].to(scored.grad.dtype)),
+                    spec.tiles)
     return _scores(scored.loss, scored.nll, masked, dense, grads)
 
 
 def sparse_pairs_by_blocks(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, target: Tensor,
-                           k: int, label_smoothing: float, want_grad: bool):
+                           k: int, label_smoothing: float, want_grad: bool, tiles: Tiles):
     """The gradient pairs of the GPU sparse_softmax layer: blocks of logits by cuBLAS, each scored by
     Sparse-softmax's row kernel. Returns ``SparseChunk`` fields for the counted ``rows`` (losses, nll, and with
-    ``want_grad`` the k + 1 (class, value) pairs a row), in float32 (GPU only)."""
-    row_kernel = triton_kernels("sparse_softmax_triton")
-    scored, _ = row_kernel.empty_rows(rows.numel(), k, hidden.device, want_grad)
-    for done, _, _, z in _logit_blocks(hidden, weight, bias, rows, hidden.dtype):
-        block = row_kernel.sparse_softmax_chunk_triton(z, target[done], k, label_smoothing, want_grad)
+    ``want_grad`` the k + 1 (class, value) pairs a row), in float32."""
+    scored = empty_rows(rows.numel(), k, hidden.device, want_grad)
+    for done, _, _, z in _logit_blocks(hidden, weight, bias, rows, hidden.dtype, tiles):
+        block = sparse_softmax_chunk_triton(z, target[done], k, label_smoothing, want_grad, tiles)
         for whole, part in zip(scored, block):
             if part is not None:
                 whole[done] = part
     return scored
 
 
-def _row_kernel(hidden: Tensor, spec: _Spec):
-    """The AS row kernel, where it scores this loss's blocks of these features: as_softmax, and cross_entropy
-    without label smoothing, which is AS-Softmax with δ = 1 (no class is ever dropped)."""
-    if spec.loss == "as_softmax" or (spec.loss == "cross_entropy" and not spec.label_smoothing):
-        return kernel_for(hidden, "as_softmax_triton")
+def _row_kernel_refuses(spec: _Spec) -> str | None:
+    """Why the AS row kernel cannot score this loss, or None: it scores as_softmax, and cross_entropy without
+    label smoothing, which is AS-Softmax with δ = 1 (no class is ever dropped)."""
+    if spec.loss == "cross_entropy" and spec.label_smoothing:
+        return "no kernel computes cross_entropy with label_smoothing"
     return None
 
 
-def _score_rows_by_row_kernel(kernel, hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor,
-                              target: Tensor, row_weight: Tensor | None, spec: _Spec) -> _Scores:
+def _score_rows_by_row_kernel(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, target: Tensor,
+                              row_weight: Tensor | None, spec: _Spec) -> _Scores:
     """``_score_rows`` on a GPU for cross_entropy and as_softmax: each block's logits in the inputs' dtype (as
     the layer's), scored whole by the AS row kernel, which writes the weighted gradient over them; then the
     two products for the rows that have a gradient (AS's masked rows have none), also for AS rows that keep
@@ -315,10 +323,9 @@ def _score_rows_by_row_kernel(kernel, hidden: Tensor, weight: Tensor, bias: Tens
     masked = torch.empty(n, dtype=torch.bool, device=hidden.device)
     dense = torch.empty_like(masked)
     grads = _Gradients(hidden, weight, bias, dtype) if want else None
-    scale = row_weight if want else loss  # read by the kernel only for the gradient
-    for done, ids, h, z in _logit_blocks(hidden, weight, bias, rows, hidden.dtype):  # z: logits, then gradient
-        loss[done], nll[done], masked[done], dense[done], grad = kernel.as_softmax_rows_triton(
-            z, target[done], scale[done], delta, want, in_place=True)
+    for done, ids, h, z in _logit_blocks(hidden, weight, bias, rows, hidden.dtype, spec.tiles):  # z: the logits,
+        loss[done], nll[done], masked[done], dense[done], grad = as_softmax_rows_triton(  # then their gradient
+            z, target[done], row_weight[done] if want else None, delta, want, in_place=True, tiles=spec.tiles)
         if want:
             grads.live_rows(ids, h, grad, ~masked[done])
     return _scores(loss, nll, masked, dense, grads)
@@ -407,15 +414,30 @@ def fused_output_loss(
     bias: Tensor | None = None,
     ignore_index: int | None = None,
     reduction: str = "sum",
+    impl: str = "auto",
+    tiles: Tiles = Tiles(),
 ) -> LossResult:
     """``loss`` of the logits ``F.linear(hidden, weight, bias)`` without ever forming them (see the module).
 
-    ``hidden (N, H)``: the features the output layer reads; ``weight (V, H)`` (an ``nn.Linear``'s,
-    possibly tied to the embeddings) and ``bias (V,)``; ``target (N,)``. ``loss`` is "cross_entropy"
-    (label-smoothed as ``softmax_loss``), "sparse_softmax" (``k``, ``label_smoothing`` as
-    ``sparse_softmax_loss``) or "as_softmax" (``delta``). The result matches the unfused loss on
-    ``F.linear(hidden, weight, bias)``: the loss, the plain nll, the masked and dense row counts;
-    gradients reach hidden, weight and bias in their own dtypes, computed in float32 for half inputs.
+    The result matches the unfused loss on ``F.linear(hidden, weight, bias)``: the loss, the plain nll, the masked
+    and dense row counts; gradients reach hidden, weight and bias in their own dtypes, computed in float32 for half
+    inputs (float64 in float64).
+
+    Args:
+        hidden: (N, H) the features the output layer reads.
+        weight: (V, H) the layer's weight (an ``nn.Linear``'s, possibly tied to the embeddings), hidden's dtype.
+        target: (N,) integer classes; rows equal to ``ignore_index`` are dropped before any work.
+        loss: "cross_entropy" (label-smoothed as ``softmax_loss``), "sparse_softmax" (``k``, ``label_smoothing`` as
+            ``sparse_softmax_loss``) or "as_softmax" (``delta``, no label smoothing).
+        bias: (V,) or None.
+        reduction: "sum", "mean" (over counted rows) or "none".
+        impl: "auto", "torch" or "triton" (``dispatch.use_triton``). On a GPU, sparse_softmax's blocks are scored
+            by its row kernel and its backward by the layer's kernels; as_softmax and cross_entropy without label
+            smoothing by the AS row kernel.
+        tiles: the sizes of the blocks of rows and of the kernels' tiles (``dispatch.Tiles``).
+
+    Returns:
+        ``LossResult``: the loss and nll (scalars, or (N,) with "none"), and the counts of masked and dense rows.
     """
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
@@ -429,10 +451,11 @@ def fused_output_loss(
         if label_smoothing:
             raise ValueError("as_softmax takes no label_smoothing")
     check_range("label_smoothing", label_smoothing, 0.0, 1.0)
+    check_impl(impl)
     prepared = prepare_targets(target, hidden.shape[0], v, ignore_index, f"hidden {tuple(hidden.shape)}")
     rows = prepared.valid.nonzero().squeeze(1)
     row_weight = row_weights(prepared.valid, reduction, compute_dtype(hidden)).index_select(0, rows)
-    spec = _Spec(loss, int(k), float(delta), float(label_smoothing))
+    spec = _Spec(loss, int(k), float(delta), float(label_smoothing), impl, tiles)
     target = prepared.target.index_select(0, rows)
     out, nll, masked, dense = _FusedOutputLayer.apply(hidden, weight, bias, rows, target, row_weight, spec,
                                                       reduction == "none")

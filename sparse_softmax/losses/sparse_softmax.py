@@ -8,22 +8,17 @@ sweep as the log-sum-exp, instead of ``torch.topk``.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from ._common import check_range, compute_dtype, exp_shifted_, kernel_for, prepare_rows, reduce_rows
+from ._common import SparseChunk, check_range, compute_dtype, exp_shifted_, prepare_rows, reduce_rows
+from .dispatch import TRITON, Tiles, check_impl, use_triton
 
-
-class SparseChunk(NamedTuple):
-    """One block of rows scored by Sparse-softmax; per-row tensors have shape ``(B,)``."""
-
-    loss: Tensor  # unweighted row losses
-    nll: Tensor  # plain softmax cross-entropy of the same logits
-    classes: Tensor | None  # (B, k + 1): the top k, then the target (which may repeat one of them)
-    grad: Tensor | None  # (B, k + 1): the gradient w.r.t. the logits of those classes (repeats add up)
+if TRITON:
+    from .sparse_softmax_triton import sparse_softmax_chunk_triton
 
 
 def sparse_softmax_loss(
@@ -33,6 +28,9 @@ def sparse_softmax_loss(
     ignore_index: int | None = None,
     reduction: str = "sum",
     label_smoothing: float = 0.0,
+    *,
+    impl: str = "auto",
+    tiles: Tiles = Tiles(),
 ) -> Tensor:
     """``logsumexp(topk(z, k)) - z_t`` per row (SPACES semantics).
 
@@ -43,14 +41,27 @@ def sparse_softmax_loss(
     ``label_smoothing`` ε spreads ε of the target mass uniformly over the k kept classes:
     ``(1-ε)·(lse_k - z_t) + ε·(lse_k - mean(topk(z)))``. fairseq's ``-Σ_V log p`` smoothing would be
     +∞ here, because every class outside the support has probability 0.
+
+    Args:
+        logits: (N, V) scores, any float dtype (computed in float32; float64 in float64).
+        target: (N,) integer classes; rows equal to ``ignore_index`` count for nothing.
+        k: the support's size, in [1, V].
+        ignore_index, reduction: as ``F.cross_entropy``'s ("sum", "mean" over counted rows, "none").
+        label_smoothing: ε in [0, 1].
+        impl: "auto", "torch" or "triton" (``dispatch.use_triton``): on a GPU the row kernel finds the top k in
+            the same sweep as the log-sum-exp, instead of ``torch.topk``.
+        tiles: the row kernel's sizes (``dispatch.Tiles``).
+
+    Returns:
+        The loss, reduced: a scalar, or (N,) with ``reduction="none"``.
     """
     rows = prepare_rows(logits, target, ignore_index, reduction)
     check_range("k", k, 1, logits.shape[1])
     check_range("label_smoothing", label_smoothing, 0.0, 1.0)
-    kernel = _kernel(logits, k)
-    if kernel is not None:
-        loss = _SparseRows.apply(logits, rows.target, int(k), float(label_smoothing),
-                                 kernel.sparse_softmax_chunk_triton)
+    check_impl(impl)
+    if use_triton(logits, impl, k):
+        score = functools.partial(sparse_softmax_chunk_triton, tiles=tiles)
+        loss = _SparseRows.apply(logits, rows.target, int(k), float(label_smoothing), score)
         return reduce_rows(loss, rows.valid, reduction)
     dtype = compute_dtype(logits)
     top = logits.topk(int(k), dim=-1, sorted=False).values.to(dtype)
@@ -62,15 +73,15 @@ def sparse_softmax_loss(
     return reduce_rows(loss, rows.valid, reduction)
 
 
-def sparse_softmax_chunk(z: Tensor, target: Tensor, k: int, label_smoothing: float, want_grad: bool) -> SparseChunk:
+def sparse_softmax_chunk(z: Tensor, target: Tensor, k: int, label_smoothing: float, want_grad: bool,
+                         impl: str = "auto", tiles: Tiles = Tiles()) -> SparseChunk:
     """Score logits ``z (B, V)`` (float32/64, overwritten) against ``target (B,)`` as ``sparse_softmax_loss``.
 
     The gradient of ``(1-ε)·(lse_k - z_t) + ε·(lse_k - mean(topk))`` is ``p_j - ε/k`` on each of the top
-    k (p: the softmax over them) and ``-(1-ε)`` at the target.
+    k (p: the softmax over them) and ``-(1-ε)`` at the target. ``impl`` and ``tiles`` as ``sparse_softmax_loss``'s.
     """
-    kernel = _kernel(z, k)
-    if kernel is not None:
-        return kernel.sparse_softmax_chunk_triton(z, target, k, label_smoothing, want_grad)
+    if use_triton(z, impl, k):
+        return sparse_softmax_chunk_triton(z, target, k, label_smoothing, want_grad, tiles)
     t = target[:, None]
     top, classes = z.topk(k, dim=-1, sorted=False)
     lse_k = top.logsumexp(dim=-1, keepdim=True)
@@ -89,16 +100,10 @@ def sparse_softmax_chunk(z: Tensor, target: Tensor, k: int, label_smoothing: flo
     return SparseChunk(loss, nll, torch.cat([classes, t], dim=1), grad)
 
 
-def _kernel(logits: Tensor, k: int):
-    """The Triton kernels when they serve these logits and this k."""
-    kernel = kernel_for(logits, "sparse_softmax_triton")
-    return kernel if kernel is not None and k <= kernel.MAX_K else None
-
-
 class _SparseRows(torch.autograd.Function):
-    """Row losses of Sparse-softmax from a block scorer that hands over the gradient as k + 1 (class,
-    value) pairs a row (``sparse_softmax_chunk``'s contract): backward scatters them into the dense logit
-    gradient, which is what autograd through ``topk`` writes too, without keeping the top k's autograd
+    """Row losses of Sparse-softmax from a block scorer that hands over the gradient as k + 1 (class, value) pairs
+    a row (``sparse_softmax_chunk``'s contract; the row kernel's in the product): backward scatters them into the
+    dense logit gradient, which is what autograd through ``topk`` writes too, without keeping the top k's autograd
     graph or running a second top-k."""
 
     @staticmethod

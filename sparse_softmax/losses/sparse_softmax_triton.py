@@ -8,7 +8,7 @@ block's candidates into the row's running top K. A candidate is a logit at least
 after the first blocks they are few (about K·BLOCK / (columns swept so far) a block on random logits),
 so ``_merge`` inserts them one at a time (a maximum and a replacement each, a few passes over the
 block) and sorts (``tl.topk``, some twenty compare-and-swap passes over 64-bit keys) only a block
-with more than ``INSERT_LIMIT`` candidates in some row.
+with more than ``Tiles.insert_limit`` candidates in some row.
 
 Value and column travel together as one int64 key, so that ``tl.topk`` (values only) selects both: the
 float's bits made order-preserving as a signed int32 in the high half, the column in the low half
@@ -23,19 +23,11 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .sparse_softmax import SparseChunk
+from ._common import SparseChunk
+from .dispatch import Tiles
+from .triton_helpers import online_lse
 
-#: Logits per load (a quarter of the AS kernel's: a block's candidates become 64-bit keys held in registers)
-#: and warps per row, the fastest of tools/kernel_tuning.py's on an H200 (bf16, 16,384 rows of 32k
-#: and 128k logits).
-BLOCK, NUM_WARPS = 1024, 2
-#: Largest top k the kernel keeps in registers (K: k rounded up to a power of two, at least 2); larger
-#: k stay on the PyTorch path.
-MAX_K = 128
-#: Most candidates a row of a block may have for them to be inserted one by one rather than sorted in.
-INSERT_LIMIT = 4
 LOWEST = tl.constexpr(-0x7FFFFFFFFFFFFFFF - 1)  # below every key (a -inf logit's key included)
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @triton.jit
@@ -108,14 +100,6 @@ def _finish_rows(best, z_t, nll, rows, in_rows, target, k, smoothing, loss_ptr, 
 
 
 @triton.jit
-def _online_lse(lane_max, lane_sum, z):
-    """The lanes' running maxima and sums of exp(z - maximum) after the block ``z`` (online softmax)."""
-    new_max = tl.maximum(lane_max, z)
-    shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # lanes with nothing finite yet
-    return new_max, lane_sum * tl.exp(lane_max - shift) + tl.exp(z - shift)
-
-
-@triton.jit
 def _sweep_merging(z_row, V, K: tl.constexpr, BLOCK: tl.constexpr, INSERT_LIMIT: tl.constexpr):
     """One sweep over a row: its lanes' maxima and sums, and its top K keys (1, K), exact, a block's
     candidates merged as the block is read."""
@@ -127,7 +111,7 @@ def _sweep_merging(z_row, V, K: tl.constexpr, BLOCK: tl.constexpr, INSERT_LIMIT:
     for start in tl.range(0, V, BLOCK):
         inside = start + cols < V
         z = tl.load(z_row + start + cols, mask=inside, other=float("-inf")).to(tl.float32)
-        lane_max, lane_sum = _online_lse(lane_max, lane_sum, z)
+        lane_max, lane_sum = online_lse(lane_max, lane_sum, z)
         z = z[None, :]
         candidate = _candidates(z, kth) & inside[None, :]
         news = tl.max(tl.sum(candidate.to(tl.int32), axis=1), axis=0)
@@ -164,10 +148,10 @@ def _finish_row(best, lane_max, lane_sum, z_t, row, target, k, smoothing, loss_p
                  WANT_GRAD, K)
 
 
-def block_for(v: int, top: int) -> int:
-    """The logits a program loads at once from a row of ``v``: ``BLOCK``, fewer for a short row, never fewer than
+def block_for(v: int, top: int, block: int) -> int:
+    """The logits a program loads at once from a row of ``v``: ``block``, fewer for a short row, never fewer than
     the top k's width ``top`` (a block must hold at least K columns for its top K)."""
-    return max(top, min(BLOCK, triton.next_power_of_2(v)))
+    return max(top, min(block, triton.next_power_of_2(v)))
 
 
 def top_width(k: int) -> int:
@@ -175,26 +159,40 @@ def top_width(k: int) -> int:
     return max(2, triton.next_power_of_2(k))
 
 
-def empty_rows(n: int, k: int, device: torch.device, want_grad: bool) -> tuple[SparseChunk, tuple[Tensor, Tensor]]:
-    """The outputs of ``n`` scored rows (float32 losses and nll; with ``want_grad`` the k + 1 pairs a row),
-    and the pair buffers to hand a kernel, for which any tensor stands in when no gradient is asked for."""
+def empty_rows(n: int, k: int, device: torch.device, want_grad: bool) -> SparseChunk:
+    """The outputs of ``n`` scored rows: float32 losses and nll, and with ``want_grad`` the k + 1 gradient pairs a
+    row (int64 classes, float32 values); without, those are None."""
     loss = torch.empty(n, dtype=torch.float32, device=device)
-    out = SparseChunk(loss, torch.empty_like(loss),
-                      torch.empty(n, k + 1, dtype=torch.int64, device=device) if want_grad else None,
-                      torch.empty(n, k + 1, dtype=torch.float32, device=device) if want_grad else None)
-    return out, (loss if out.classes is None else out.classes, loss if out.grad is None else out.grad)
+    pairs = (torch.empty(n, k + 1, dtype=torch.int64, device=device),
+             torch.empty(n, k + 1, dtype=torch.float32, device=device)) if want_grad else (None, None)
+    return SparseChunk(loss, torch.empty_like(loss), *pairs)
 
 
-def sparse_softmax_chunk_triton(z: Tensor, target: Tensor, k: int, label_smoothing: float, want_grad: bool):
-    """``sparse_softmax_chunk`` for float32/16 logits on a GPU (or the CPU under ``TRITON_INTERPRET=1``),
-    with ``k ≤ MAX_K``; ``z`` is only read. Returns the same fields, the losses and gradient in float32."""
+def sparse_softmax_chunk_triton(z: Tensor, target: Tensor, k: int, label_smoothing: float, want_grad: bool,
+                                tiles: Tiles = Tiles()) -> SparseChunk:
+    """``sparse_softmax_chunk`` by the row kernel, one program a row.
+
+    Args:
+        z: (N, V) float32/bfloat16/float16 logits on a GPU (or the CPU under ``TRITON_INTERPRET=1``); only read.
+        target: (N,) int64 classes.
+        k: the top k, at most ``dispatch.MAX_K``.
+        label_smoothing: ε, spread over the top k.
+        want_grad: also hand over the gradient pairs.
+        tiles: ``sparse_block``, ``sparse_warps`` and ``insert_limit`` are read.
+
+    Returns:
+        ``SparseChunk``: row losses and nll (N,), and with ``want_grad`` the (N, k + 1) classes and gradient values,
+        all in float32.
+    """
     n, v = z.shape
     if z.stride(1) != 1:
         z = z.contiguous()
-    out, (classes, grad) = empty_rows(n, k, z.device, want_grad)
+    out = empty_rows(n, k, z.device, want_grad)
     top = top_width(k)
     if n:
-        _sparse_softmax_row[(n,)](z, z.stride(0), target, k, float(label_smoothing), out.loss, out.nll, classes, grad,
-                                  v, WANT_GRAD=want_grad, K=top, BLOCK=block_for(v, top), INSERT_LIMIT=INSERT_LIMIT,
-                                  num_warps=NUM_WARPS)
+        _sparse_softmax_row[(n,)](
+            z_ptr=z, z_stride=z.stride(0), target_ptr=target, k=k, smoothing=float(label_smoothing),
+            loss_ptr=out.loss, nll_ptr=out.nll, classes_ptr=out.classes, grad_ptr=out.grad, V=v,
+            WANT_GRAD=want_grad, K=top, BLOCK=block_for(v, top, tiles.sparse_block), INSERT_LIMIT=tiles.insert_limit,
+            num_warps=tiles.sparse_warps)
     return out
