@@ -4,15 +4,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 
 if not torch.cuda.is_available():
     # The Triton kernels run in Triton's interpreter on the CPU (impl="triton"). Triton reads this when a kernel is
@@ -151,10 +154,23 @@ def output_lines(output: str, kind: str) -> dict[int, list[list[str]]]:
     return lines
 
 
-@pytest.fixture(scope="session")
-def toy_data(tmp_path_factory) -> Path:
-    """Toy corpus (train 600 / valid 40 / test 30 lines), binarised with a joined dictionary."""
-    root = tmp_path_factory.mktemp("toy")
+def made_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:
+    """The folder ``name``, filled by ``make(folder)`` once per test run: the parallel workers share it (the first to
+    ask makes it under a file lock, the others wait for it and read it). Tests only read it."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's folder, above each worker's own
+    folder = base / name
+    with FileLock(f"{folder}.lock"):
+        if not (folder / ".made").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            (folder / ".made").touch()
+    return folder
+
+
+def _make_toy_data(root: Path) -> None:
     subprocess.run(
         [sys.executable, str(ROOT / "data-prep" / "make_toy_data.py"), str(root / "raw"),
          "--train", "600", "--valid", "40", "--test", str(N_TEST)],
@@ -165,7 +181,12 @@ def toy_data(tmp_path_factory) -> Path:
         "--trainpref", root / "raw/train", "--validpref", root / "raw/valid", "--testpref", root / "raw/test",
         "--destdir", root / "bin", "--joined-dictionary", "--workers", "1",
     )
-    return root / "bin"
+
+
+@pytest.fixture(scope="session")
+def toy_data(tmp_path_factory) -> Path:
+    """Toy corpus (train 600 / valid 40 / test 30 lines), binarised with a joined dictionary; made once per run."""
+    return made_once(tmp_path_factory, "toy", _make_toy_data) / "bin"
 
 
 TRAIN_COMMON = (
@@ -177,8 +198,10 @@ TRAIN_COMMON = (
 
 @pytest.fixture(scope="session")
 def checkpoint(toy_data, tmp_path_factory) -> Path:
-    """A transformer_tiny trained 150 updates with --task sparse_seq2seq and sparse_softmax on the toy corpus."""
-    save_dir = tmp_path_factory.mktemp("sparse_seq2seq")
-    run_cli("fairseq-train", toy_data, *TRAIN_COMMON, "--task", "sparse_seq2seq", "--arch", "transformer_tiny",
-            "--criterion", "sparse_softmax", "--sparse-topk", "5", "--max-update", "150", "--save-dir", save_dir)
-    return save_dir / "checkpoint_last.pt"
+    """A transformer_tiny trained 150 updates with --task sparse_seq2seq and sparse_softmax on the toy corpus; trained
+    once per run."""
+    def train(save_dir: Path) -> None:
+        run_cli("fairseq-train", toy_data, *TRAIN_COMMON, "--task", "sparse_seq2seq", "--arch", "transformer_tiny",
+                "--criterion", "sparse_softmax", "--sparse-topk", "5", "--max-update", "150", "--save-dir", save_dir)
+
+    return made_once(tmp_path_factory, "sparse_seq2seq", train) / "checkpoint_last.pt"
