@@ -131,37 +131,50 @@ class TrainerLoss:
 
     def _loss(self, logits: Tensor, target: Tensor) -> Tensor:
         """The sum over the rows; records the counts."""
+        name, options = self._scheduled(logits.size(-1))
+        if self.name == "sparse_softmax" and torch.is_grad_enabled():
+            self._watch_sparse(lambda rows: logits[rows], target, self.options["k"])
+        out = LOSSES[name](logits, target, ignore_index=self.ignore_index, reduction="sum", **options)
+        return self._recorded(name, options, target, out)
+
+    def _scheduled(self, classes: int) -> tuple[str, dict]:
+        """The loss and options to train with at this update, over ``classes`` classes: softmax in a warm-up, AS's
+        current δ, and sparse_softmax's k at most the classes."""
         options, name = dict(self.options), self.name
         if (self.warmup_ratio or self.anneal_ratio) and not self.max_update:
             raise RuntimeError(f"{name}: a warm-up or annealing needs the update count: pass "
                                "callbacks=[LossScheduleCallback(loss)] to the Trainer")
         if name == "sparse_softmax":
-            if options["k"] >= logits.size(-1):
-                self._say_once(f"sparse_softmax: k = {options['k']} >= {logits.size(-1)} classes keeps every class: "
+            if options["k"] >= classes:
+                self._say_once(f"sparse_softmax: k = {options['k']} >= {classes} classes keeps every class: "
                                "this trains plain softmax cross-entropy")
-                options["k"] = logits.size(-1)
-            if torch.is_grad_enabled():
-                self._watch_sparse(logits, target, options["k"])
+                options["k"] = classes
             if in_warmup(self.warmup_ratio, self.max_update, self.update):
                 name, options = "softmax", {"label_smoothing": options.get("label_smoothing", 0.0)}
         elif name in AS_LOSSES:
             options["delta"] = self.delta
-        out = LOSSES[name](logits, target, ignore_index=self.ignore_index, reduction="sum", **options)
-        if name in AS_LOSSES:
-            if torch.is_grad_enabled():  # training; tensors, so no device synchronisation per micro-batch
-                rows = self._rows(target)
-                for key, value in (("rows", rows), ("masked", out.n_masked), ("delta_x_rows", rows * options["delta"])):
-                    self.totals[key] = self.totals.get(key, 0) + value
-            out = out.loss
-        return out
+        return name, options
+
+    def _recorded(self, name: str, options: dict, target: Tensor, out) -> Tensor:
+        """The loss of ``out`` (a tensor, or an AS loss's ``LossResult``, whose training rows and masked rows are
+        added to ``totals``)."""
+        if name not in AS_LOSSES:
+            return out
+        if torch.is_grad_enabled():  # training; tensors, so no device synchronisation per micro-batch
+            rows = self._rows(target)
+            for key, value in (("rows", rows), ("masked", out.n_masked), ("delta_x_rows", rows * options["delta"])):
+                self.totals[key] = self.totals.get(key, 0) + value
+        return out.loss
 
     @torch.no_grad()
-    def _watch_sparse(self, logits: Tensor, target: Tensor, k: int) -> None:
-        """Adds the flat slope of a sample of the rows (``sparse_softmax.diagnostics.flat_slope``), in the warm-up too:
-        positive while flat logits beat the model's on the Sparse-softmax loss, where a run collapses; on the
-        first update after the warm-up, warns if flat logits beat the model (``handover_warning``)."""
+    def _watch_sparse(self, logits_of: Callable[[Tensor], Tensor], target: Tensor, k: int) -> None:
+        """Adds the flat slope of a sample of the rows (``sparse_softmax.diagnostics.flat_slope``; ``logits_of(rows)``
+        gives their logits), in the warm-up too: positive while flat logits beat the model's on the Sparse-softmax
+        loss, where a run collapses; on the first update after the warm-up, warns if flat logits beat the model
+        (``handover_warning``)."""
         rows = slope_rows(target, self.ignore_index)
-        logits, target = logits[rows], target[rows]
+        logits, target = logits_of(rows), target[rows]
+        k = min(k, logits.size(-1))
         slope = flat_slope(logits, target, k)
         for key, value in (("slope_sum", slope.sum()), ("slope_rows", rows.new_tensor(len(rows)))):
             self.totals[key] = self.totals.get(key, 0) + value

@@ -1,0 +1,148 @@
+"""``FusedTrainerLoss`` (``sparse_softmax.hf.fused``): on tiny random models built from configs (no download) of every
+supported family, the loss and every parameter's gradient equal ``TrainerLoss`` on the model's own logits (and, for
+cross-entropy, the model's own loss); evaluation, ``generate()`` and the saved weights are untouched; the
+architectures and losses it cannot compute exactly are refused in one line; a ``Trainer`` run with it ends with the
+weights a run with ``TrainerLoss`` ends with."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from sparse_softmax.hf import FusedTrainerLoss, LossScheduleCallback, TrainerLoss  # noqa: E402
+from test_hf_adapters import _token_rows, _train  # noqa: E402
+
+VOCAB = 97
+SMALL = dict(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+             num_key_value_heads=1)
+
+
+def model_of(family: str, seed: int = 0):
+    """A tiny random model of ``family`` in float32, without dropout; "llama+bias": with a bias in its output layer
+    (which none of the families has, but a fine-tuned head may)."""
+    torch.manual_seed(seed)
+    if family == "llama+bias":
+        model = model_of("llama", seed)
+        model.lm_head = torch.nn.Linear(16, VOCAB, bias=True)
+        return model
+    if family == "gpt2":
+        config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=16, n_layer=2, n_head=2,
+                                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        return transformers.GPT2LMHeadModel(config)
+    if family == "t5":
+        config = transformers.T5Config(vocab_size=VOCAB, d_model=16, d_kv=8, d_ff=32, num_layers=2, num_heads=2,
+                                       dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0)
+        return transformers.T5ForConditionalGeneration(config)
+    config = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig,
+              "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[family](**SMALL)
+    return transformers.AutoModelForCausalLM.from_config(config)
+
+
+def batch_of(family: str, seed: int = 1) -> tuple[dict, torch.Tensor]:
+    """The model inputs and labels of a batch of 3 rows, some labels -100."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, VOCAB, (3, 9), generator=g)
+    labels = torch.randint(3, VOCAB, (3, 9), generator=g) if family == "t5" else ids.clone()
+    labels[0, :3] = -100
+    labels[2, -2:] = -100
+    if family == "t5":  # the decoder reads the labels shifted right, as DataCollatorForSeq2Seq makes them
+        decoder = torch.cat([torch.zeros(3, 1, dtype=torch.long), labels[:, :-1].clamp(min=0)], dim=1)
+        return {"input_ids": ids, "decoder_input_ids": decoder}, labels
+    return {"input_ids": ids}, labels
+
+
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gpt2", "t5"]
+LOSSES = [("softmax", {"label_smoothing": 0.1}), ("sparse_softmax", {"k": 5}), ("as_softmax", {"delta": 0.05})]
+
+
+@pytest.mark.parametrize("name, options", LOSSES, ids=[name for name, _ in LOSSES])
+@pytest.mark.parametrize("family", [*FAMILIES, "llama+bias"])
+def test_loss_and_every_gradient_equal_the_unfused_loss(family, name, options):
+    model = model_of(family)
+    reference = copy.deepcopy(model)
+    inputs, labels = batch_of(family)
+    items = 17
+    fused = FusedTrainerLoss(model, name, **options)
+    unfused = TrainerLoss(name, causal_lm=family != "t5", **options)
+    got = fused(model(**inputs), labels, items)
+    want = unfused(reference(**inputs), labels, items)
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(got, want)
+    for (key, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=key, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cross_entropy_equals_the_models_own_loss(family):
+    model = model_of(family)
+    inputs, labels = batch_of(family)
+    own = copy.deepcopy(model)(**inputs, labels=labels).loss  # the mean over the labelled tokens
+    got = FusedTrainerLoss(model, "softmax")(model(**inputs), labels)  # no item count: the mean over the rows
+    torch.testing.assert_close(got, own)
+
+
+def test_evaluation_generation_and_the_weights_are_untouched():
+    model = model_of("llama")
+    plain = copy.deepcopy(model)
+    loss = FusedTrainerLoss(model, "sparse_softmax", k=5)
+    inputs, labels = batch_of("llama")
+    assert model(**inputs).logits.shape[-1] == 16, "training with gradients: the hidden state is handed over"
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(**inputs).logits, plain.eval()(**inputs).logits)
+        assert loss(model(**inputs), labels) == pytest.approx(float(TrainerLoss("sparse_softmax", k=5, causal_lm=True)(
+            plain(**inputs), labels)), rel=1e-6)
+    model.train()
+    with torch.no_grad():  # evaluation in training mode scores logits too
+        assert model(**inputs).logits.shape[-1] == VOCAB
+    config = transformers.GenerationConfig(max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert model.generate(inputs["input_ids"], generation_config=config).tolist() == plain.generate(
+        inputs["input_ids"], generation_config=config).tolist()
+    assert model.state_dict().keys() == plain.state_dict().keys()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**SMALL, head_dim=8)),
+     "gemma2 applies a final logit soft-cap to the logits after its output layer"),
+    (lambda: transformers.BartForConditionalGeneration(transformers.BartConfig(
+        vocab_size=VOCAB, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32)),
+     "bart applies final_logits_bias"),
+    (lambda: transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)),
+     "the fused output layer supports gpt2, llama, mistral, qwen2, qwen3, t5, not 'bert'"),
+])
+def test_what_the_fused_layer_cannot_compute_exactly_is_refused(make, message):
+    with pytest.raises(ValueError, match=message):
+        FusedTrainerLoss(make(), "softmax")
+
+
+@pytest.mark.parametrize("name, options, message", [
+    ("entmax15", {}, "computes softmax, sparse_softmax, as_softmax, not 'entmax15'"),
+    ("softmax", {"causal_lm": False}, "takes causal_lm from the model's config"),
+])
+def test_losses_it_does_not_compute_are_refused(name, options, message):
+    with pytest.raises(ValueError, match=message):
+        FusedTrainerLoss(model_of("llama"), name, **options)
+
+
+@pytest.mark.parametrize("name, options", [("sparse_softmax", {"k": 4, "warmup_ratio": 0.5}),
+                                           ("as_softmax", {"delta": 0.1, "anneal_ratio": 0.5})])
+def test_a_trainer_run_ends_with_the_unfused_runs_weights(name, options, tmp_path):
+    """Six updates with a schedule (sparse_softmax's warm-up hands over at the fourth; AS's δ anneals): the fused
+    and the unfused loss train the same weights."""
+    rows = [{"input_ids": ids, "labels": ids} for ids in _token_rows(8, 10, VOCAB)]
+    models = {}
+    for fused in (True, False):
+        model = model_of("llama")
+        loss = FusedTrainerLoss(model, name, **options) if fused else TrainerLoss(name, causal_lm=True, **options)
+        logs, _ = _train(model, rows, loss, LossScheduleCallback(loss), steps=6, tmp_path=tmp_path / str(fused))
+        models[fused] = (model, [r["loss"] for r in logs])
+    (fused_model, fused_losses), (plain_model, plain_losses) = models[True], models[False]
+    assert fused_losses == pytest.approx(plain_losses, rel=1e-4)
+    for (key, p), q in zip(fused_model.named_parameters(), plain_model.parameters()):
+        torch.testing.assert_close(p, q, msg=key, rtol=1e-4, atol=1e-6)
