@@ -6,6 +6,7 @@ weights a run with ``TrainerLoss`` ends with."""
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -146,3 +147,19 @@ def test_a_trainer_run_ends_with_the_unfused_runs_weights(name, options, tmp_pat
     assert fused_losses == pytest.approx(plain_losses, rel=1e-4)
     for (key, p), q in zip(fused_model.named_parameters(), plain_model.parameters()):
         torch.testing.assert_close(p, q, msg=key, rtol=1e-4, atol=1e-6)
+
+
+def test_the_benchmarks_table_and_plot(tmp_path):
+    """benchmarks/hf_fused_speed.py on a tiny model: its table has a row for every variant, the first the baseline,
+    and its plot is written."""
+    import hf_fused_speed  # benchmarks/: pyproject.toml's pytest pythonpath
+
+    from conftest import run_script
+
+    run_script("benchmarks/hf_fused_speed.py", "--hidden", "32", "--vocab", "300", "--batch", "2", "--length", "12",
+               "--repeats", "1", "--out", tmp_path / "speed")
+    table = (tmp_path / "speed.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| H=32 V=300 \| (.+?) \| ([\d.]+) \| ([\d.]+) \|", table, flags=re.M)
+    names = list(hf_fused_speed.variants(32, 300, 2, 2, 12, "cpu", torch.float32))
+    assert [row[0] for row in rows] == names and float(rows[0][2]) == 1.0
+    assert (tmp_path / "speed.png").stat().st_size > 0
