@@ -416,6 +416,32 @@ def test_the_example_fine_tunes_and_decodes_every_test_source(tmp_path):
         "hf_seq2seq.py: error: --loss-option k: expected NAME=VALUE, e.g. k=10"), proc.stderr[-2000:]
     proc = run_script(*example, "--loss", "softmax", "--loss-option", "k=3", check=False)
     assert proc.returncode == 2 and "softmax takes ['label_smoothing'], not ['k']" in proc.stderr.splitlines()[-1]
+    proc = run_script(*example[:1], tmp_path / "refused", *example[2:], "--loss-option", "k=abc", check=False)
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+        "hf_seq2seq.py: error: --loss sparse_softmax: sparse_softmax: k must be a whole number, got 'abc'")
+    assert not (tmp_path / "refused").exists(), "refused before any work"
+
+
+def test_a_causal_lms_outputs_without_causal_lm_are_refused():
+    """Unshifted, each position would be trained to predict its own token."""
+    outputs = CausalLMOutput(logits=_outputs(2, 5, VOCAB)["logits"])
+    with pytest.raises(ValueError, match=r"causal LM's outputs \(CausalLMOutput\): pass causal_lm=True"):
+        TrainerLoss("softmax")(outputs, _labels(2, 5, VOCAB))
+    assert math.isfinite(TrainerLoss("softmax", causal_lm=True)(outputs, _labels(2, 5, VOCAB)))
+
+
+@pytest.mark.parametrize("name, options, message", [
+    ("sparse_softmax", {"k": "abc"}, "sparse_softmax: k must be a whole number, got 'abc'"),
+    ("sparse_softmax", {"k": 2.5}, "sparse_softmax: k must be a whole number, got 2.5"),
+    ("sparse_softmax", {"k": 0}, r"sparse_softmax: k must be in \[1, inf\], got 0"),
+    ("as_softmax", {"delta": "x"}, "as_softmax: delta must be a number, got 'x'"),
+    ("as_softmax", {"delta": 1.5}, r"as_softmax: delta must be in \[0, 1\], got 1.5"),
+    ("sparse_softmax", {"warmup_ratio": 1.5}, r"sparse_softmax: warmup_ratio must be in \[0, 1\], got 1.5"),
+    ("softmax", {"label_smoothing": True}, "softmax: label_smoothing must be a number, got True"),
+])
+def test_options_are_checked_when_the_loss_is_built(name, options, message):
+    with pytest.raises(ValueError, match=message):
+        TrainerLoss(name, **options)
 
 
 TWO_PROCESSES = """

@@ -37,11 +37,11 @@ from ..schedules import as_delta, check_as_schedule, in_warmup, warmup_end
 logger = logging.getLogger(__name__)
 
 
-def _as_softmax(logits, target, ignore_index, reduction, delta):
+def _as_softmax(logits, target, ignore_index, reduction, delta: float):
     return losses.as_softmax(logits, target, delta, ignore_index, reduction)
 
 
-def _as_multilabel(logits, labels, ignore_index, reduction, delta):
+def _as_multilabel(logits, labels, ignore_index, reduction, delta: float):
     loss, n_masked = losses.as_multilabel_loss(logits, labels, delta, reduction, return_masked=True)
     return losses.LossResult(loss, loss.new_zeros(()), n_masked, n_masked.new_zeros(()))
 
@@ -77,6 +77,28 @@ def _options(function) -> set[str]:
     return {name for name in inspect.signature(function).parameters if name not in fixed}
 
 
+#: option → (lowest, highest) it may take, where the loss has the option; what the fairseq criterions check
+RANGES = {"k": (1, float("inf")), "delta": (0.0, 1.0), "label_smoothing": (0.0, 1.0), "warmup_ratio": (0.0, 1.0),
+          "anneal_ratio": (0.0, 1.0), "anneal_from": (0.0, 1.0), "temperature": (0.0, float("inf")),
+          "order": (1, float("inf"))}
+
+
+def _check_values(name: str, function, values: dict) -> None:
+    """Refuses, in one ``ValueError``, an option whose value is not of the type the loss function declares (a
+    number for a float, a whole number for an int) or outside ``RANGES``."""
+    declared = {key: parameter.annotation for key, parameter in inspect.signature(function).parameters.items()}
+    for key, value in values.items():
+        kind = declared.get(key, "float")  # the schedules' ratios are floats
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if kind == "int" and not (number and float(value).is_integer()):
+            raise ValueError(f"{name}: {key} must be a whole number, got {value!r}")
+        if kind == "float" and not number:
+            raise ValueError(f"{name}: {key} must be a number, got {value!r}")
+        low, high = RANGES.get(key, (-float("inf"), float("inf")))
+        if number and not low <= value <= high:
+            raise ValueError(f"{name}: {key} must be in [{low:g}, {high:g}], got {value!r}")
+
+
 class TrainerLoss:
     """One loss of ``LOSSES`` with its options (e.g. ``k=10``; ``delta=0.3``), for ``Trainer(compute_loss_func=)``.
 
@@ -98,6 +120,10 @@ class TrainerLoss:
         if anneal_ratio and name not in AS_LOSSES:
             raise ValueError(f"{name} has no δ to anneal (anneal_ratio): {', '.join(sorted(AS_LOSSES))} have")
         options = {**DEFAULTS.get(name, {}), **options}
+        _check_values(name, LOSSES[name], {**options, "warmup_ratio": warmup_ratio, "anneal_ratio": anneal_ratio,
+                                           "anneal_from": anneal_from})
+        if "k" in options:
+            options["k"] = int(options["k"])
         check_as_schedule(options.get("delta", 1.0), warmup_ratio, anneal_ratio, anneal_from)
         self.name, self.causal_lm, self.ignore_index, self.options = name, causal_lm, ignore_index, options
         self.warmup_ratio, self.anneal_ratio, self.anneal_from = warmup_ratio, anneal_ratio, anneal_from
@@ -115,6 +141,9 @@ class TrainerLoss:
     def __call__(self, outputs, labels: Tensor, num_items_in_batch: Tensor | int | None = None) -> Tensor:
         if labels is None:
             raise ValueError(f"{self.name}: the batch has no labels (the Trainer passes the 'labels' column)")
+        if not self.causal_lm and type(outputs).__name__.startswith("CausalLM"):
+            raise ValueError(f"{self.name}: these are a causal LM's outputs ({type(outputs).__name__}): pass "
+                             "causal_lm=True, so that position i predicts token i + 1 as the model's own loss")
         logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
         if self.name in MULTI_LABEL:
             logits, target = logits.reshape(-1, logits.size(-1)), labels.reshape(-1, logits.size(-1)).to(logits.device)
