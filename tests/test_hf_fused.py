@@ -6,7 +6,11 @@ weights a run with ``TrainerLoss`` ends with."""
 from __future__ import annotations
 
 import copy
+import os
 import re
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -163,3 +167,47 @@ def test_the_benchmarks_table_and_plot(tmp_path):
     names = list(hf_fused_speed.variants(32, 300, 2, 2, 12, "cpu", torch.float32))
     assert [row[0] for row in rows] == names and float(rows[0][2]) == 1.0
     assert (tmp_path / "speed.png").stat().st_size > 0
+
+
+TWO_PROCESSES = """
+import os, sys
+import torch, transformers
+from test_hf_adapters import _Batches, _token_rows
+from test_hf_fused import VOCAB, model_of
+from sparse_softmax.hf import FusedTrainerLoss
+
+world = int(os.environ.get("WORLD_SIZE", "1"))
+model = model_of("llama")
+rows = [{"input_ids": ids, "labels": ids} for ids in _token_rows(16, 10, VOCAB)]
+args = transformers.TrainingArguments(output_dir=sys.argv[1], per_device_train_batch_size=4 // world, max_steps=3,
+                                      learning_rate=1e-2, report_to="none", use_cpu=True, save_strategy="no",
+                                      disable_tqdm=True, seed=0, lr_scheduler_type="constant",
+                                      ddp_backend="gloo" if world > 1 else None)
+loss = FusedTrainerLoss(model, "sparse_softmax", k=4)
+transformers.Trainer(model=model, args=args, train_dataset=_Batches(rows), compute_loss_func=loss).train()
+if int(os.environ.get("RANK", "0")) == 0:
+    torch.save({key: p.detach() for key, p in model.named_parameters()}, os.path.join(sys.argv[1], f"world{world}.pt"))
+"""
+
+
+def test_two_processes_make_the_updates_of_one_with_the_same_global_batch(tmp_path):
+    """Three updates of 4 rows: on one process, and as 2 + 2 rows on two (torchrun, gloo), end with the same weights
+    (the loss of each process divided by the items of the whole batch, as the Trainer expects)."""
+    from conftest import ROOT, skip_in_fast_tier
+
+    skip_in_fast_tier("torchrun")
+    (tmp_path / "two.py").write_text(TWO_PROCESSES)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for command in ([sys.executable, tmp_path / "two.py", tmp_path],
+                    [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                     str(port), tmp_path / "two.py", tmp_path]):
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    one, two = (torch.load(tmp_path / f"world{n}.pt") for n in (1, 2))
+    start = model_of("llama").state_dict()
+    assert any(not torch.equal(one[key], start[key]) for key in one), "the weights moved"
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], msg=key, rtol=1e-4, atol=1e-6)

@@ -76,7 +76,7 @@ class FusedTrainerLoss(TrainerLoss):
 
         def forward(hidden: Tensor) -> Tensor:
             self._deferred = head.training and torch.is_grad_enabled()
-            return hidden if self._deferred else layer_forward(hidden)
+            return _HandedOver.apply(hidden, head.weight, head.bias) if self._deferred else layer_forward(hidden)
 
         head.forward = forward
 
@@ -92,3 +92,18 @@ class FusedTrainerLoss(TrainerLoss):
         out = fused_output_loss(hidden.to(weight.dtype), weight, target, FUSED_LOSSES[name], bias=bias,
                                 ignore_index=self.ignore_index, reduction="sum", **options)
         return self._recorded(name, options, target, out if name in AS_LOSSES else out.loss)
+
+
+class _HandedOver(torch.autograd.Function):
+    """The hidden state the output layer hands over, tied in autograd's graph to the layer's weight and bias, with no
+    gradient through the tie: the loss uses them after the model's forward, and DistributedDataParallel, which finds
+    the parameters a forward used in the graph of its outputs, would otherwise count them unused and then see their
+    gradient arrive ("marked as ready twice")."""
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        return hidden.view_as(hidden)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return grad, None, None
