@@ -9,7 +9,9 @@ papers' top-k renormalised beam search: ``Seq2SeqTrainer`` + ``sparse_softmax.hf
 ``data-prep/make_toy_data.py`` writes them). ``--model`` is a BERT-style checkpoint folder (``save_pretrained``;
 ``scripts/extract_minilm.py`` writes all-MiniLM-L6-v2), made into an encoder-decoder (BERT2BERT: the decoder starts
 from the same weights, with fresh cross-attention) — or any seq2seq checkpoint (BART, T5, ...), used as it is.
-The hypotheses are detokenised by the checkpoint's tokenizer, one per line, in ``OUT/test.hyp``.
+The hypotheses are detokenised by the checkpoint's tokenizer, one per line, in ``OUT/test.hyp``. ``--fused`` trains
+softmax, sparse_softmax or as_softmax by the fused output layer (``FusedTrainerLoss``), from the decoder's last hidden
+state without the logits.
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ import torch
 from transformers import (AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq,
                           EncoderDecoderModel, Seq2SeqTrainer, Seq2SeqTrainingArguments)
 
-from sparse_softmax.hf import LOSSES, LossScheduleCallback, SourceVocabularyMask, TopKRenormalise, TrainerLoss
+from sparse_softmax.hf import (LOSSES, FusedTrainerLoss, LossScheduleCallback, SourceVocabularyMask, TopKRenormalise,
+                               TrainerLoss)
+from sparse_softmax.hf.fused import FUSED_LOSSES
 from sparse_softmax.userinput import UserInputError, exit_on_error
 
 
@@ -69,6 +73,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--loss", default="sparse_softmax", choices=sorted(LOSSES))
     parser.add_argument("--loss-option", action="append", default=[], metavar="NAME=VALUE",
                         help="an option of the loss (k=10, delta=0.3, warmup_ratio=0.1, ...); repeatable")
+    parser.add_argument("--fused", action="store_true",
+                        help="the loss by the fused output layer, without the logits (softmax, sparse_softmax, "
+                             "as_softmax)")
     parser.add_argument("--max-steps", type=int, default=600, help="training updates")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-4)
@@ -84,14 +91,21 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(args: argparse.Namespace) -> None:
     options = loss_options(args.loss_option)
+    if args.fused and args.loss not in FUSED_LOSSES:
+        raise UserInputError(f"--fused: the fused output layer computes {', '.join(FUSED_LOSSES)}, not {args.loss}")
     try:
-        loss = TrainerLoss(args.loss, **options)
+        loss = TrainerLoss(args.loss, **options)  # checks the options before any work
     except ValueError as error:
         raise UserInputError(f"--loss {args.loss}: {error}") from None
     train_src, train_tgt = read_pairs(args.data, "train")
     test_src, _ = read_pairs(args.data, "test")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = load_model(args.model, tokenizer)
+    if args.fused:
+        try:
+            loss = FusedTrainerLoss(model, args.loss, **options)
+        except ValueError as error:
+            raise UserInputError(f"--fused: {error}") from None
 
     def encode(source: str, target: str) -> dict:
         row = tokenizer(source, truncation=True, max_length=args.max_source_tokens)

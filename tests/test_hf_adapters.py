@@ -410,7 +410,15 @@ def test_the_example_fine_tunes_and_decodes_every_test_source(tmp_path):
     for hypothesis, source in zip(hypotheses, sources):  # the source mask: only the source's words
         assert set(hypothesis.split()) <= set(source.split()), (hypothesis, source)
     assert (tmp_path / "out" / "model" / "config.json").is_file()
+    fused = tmp_path / "fused"  # the fused output layer, on the same BERT2BERT
+    run_script(example[0], fused, *example[2:], "--fused", "--loss", "sparse_softmax", "--loss-option", "k=5",
+               "--max-steps", "4", "--batch-size", "8", "--beam", "3")
+    assert len((fused / "test.hyp").read_text().splitlines()) == 7
 
+    proc = run_script(*example, "--fused", "--loss", "entmax15", check=False)
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == ("hf_seq2seq.py: error: --fused: the fused "
+                                                                       "output layer computes softmax, sparse_softmax, "
+                                                                       "as_softmax, not entmax15")
     proc = run_script(*example, "--loss-option", "k", check=False)
     assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
         "hf_seq2seq.py: error: --loss-option k: expected NAME=VALUE, e.g. k=10"), proc.stderr[-2000:]

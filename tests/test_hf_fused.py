@@ -37,6 +37,17 @@ def model_of(family: str, seed: int = 0):
         config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=16, n_layer=2, n_head=2,
                                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
         return transformers.GPT2LMHeadModel(config)
+    if family in ("bert", "bert2bert"):
+        def bert(decoder: bool):
+            return transformers.BertConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                           intermediate_size=32, hidden_dropout_prob=0.0,
+                                           attention_probs_dropout_prob=0.0, is_decoder=decoder,
+                                           add_cross_attention=decoder and family == "bert2bert")
+        if family == "bert":
+            return transformers.BertLMHeadModel(bert(True))
+        config = transformers.EncoderDecoderConfig.from_encoder_decoder_configs(bert(False), bert(True))
+        config.decoder_start_token_id, config.pad_token_id = 1, 0
+        return transformers.EncoderDecoderModel(config=config)
     if family == "t5":
         config = transformers.T5Config(vocab_size=VOCAB, d_model=16, d_kv=8, d_ff=32, num_layers=2, num_heads=2,
                                        dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0)
@@ -50,16 +61,17 @@ def batch_of(family: str, seed: int = 1) -> tuple[dict, torch.Tensor]:
     """The model inputs and labels of a batch of 3 rows, some labels -100."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(3, VOCAB, (3, 9), generator=g)
-    labels = torch.randint(3, VOCAB, (3, 9), generator=g) if family == "t5" else ids.clone()
+    seq2seq = family in ("t5", "bert2bert")
+    labels = torch.randint(3, VOCAB, (3, 9), generator=g) if seq2seq else ids.clone()
     labels[0, :3] = -100
     labels[2, -2:] = -100
-    if family == "t5":  # the decoder reads the labels shifted right, as DataCollatorForSeq2Seq makes them
+    if seq2seq:  # the decoder reads the labels shifted right, as DataCollatorForSeq2Seq makes them
         decoder = torch.cat([torch.zeros(3, 1, dtype=torch.long), labels[:, :-1].clamp(min=0)], dim=1)
         return {"input_ids": ids, "decoder_input_ids": decoder}, labels
     return {"input_ids": ids}, labels
 
 
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gpt2", "t5"]
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gpt2", "bert", "t5", "bert2bert"]
 LOSSES = [("softmax", {"label_smoothing": 0.1}), ("sparse_softmax", {"k": 5}), ("as_softmax", {"delta": 0.05})]
 
 
@@ -71,7 +83,7 @@ def test_loss_and_every_gradient_equal_the_unfused_loss(family, name, options):
     inputs, labels = batch_of(family)
     items = 17
     fused = FusedTrainerLoss(model, name, **options)
-    unfused = TrainerLoss(name, causal_lm=family != "t5", **options)
+    unfused = TrainerLoss(name, causal_lm=family not in ("t5", "bert2bert"), **options)
     got = fused(model(**inputs), labels, items)
     want = unfused(reference(**inputs), labels, items)
     got.backward()
@@ -81,6 +93,7 @@ def test_loss_and_every_gradient_equal_the_unfused_loss(family, name, options):
         torch.testing.assert_close(p.grad, q.grad, msg=key, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.filterwarnings("ignore:Version v4.12.0 introduces:FutureWarning")  # EncoderDecoderModel, labels given
 @pytest.mark.parametrize("family", FAMILIES)
 def test_cross_entropy_equals_the_models_own_loss(family):
     model = model_of(family)
@@ -119,7 +132,10 @@ def test_evaluation_generation_and_the_weights_are_untouched():
      "bart applies final_logits_bias"),
     (lambda: transformers.BertForMaskedLM(transformers.BertConfig(
         vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)),
-     "the fused output layer supports gpt2, llama, mistral, qwen2, qwen3, t5, not 'bert'"),
+     "this BERT is not a decoder"),
+    (lambda: transformers.BloomForCausalLM(transformers.BloomConfig(vocab_size=VOCAB, hidden_size=16, n_layer=1,
+                                                                    n_head=2)),
+     "the fused output layer supports bert, encoder-decoder, gpt2, llama, mistral, qwen2, qwen3, t5, not 'bloom'"),
 ])
 def test_what_the_fused_layer_cannot_compute_exactly_is_refused(make, message):
     with pytest.raises(ValueError, match=message):

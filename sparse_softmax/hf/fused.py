@@ -27,9 +27,11 @@ from torch import Tensor, nn
 from ..losses import fused_output_loss
 from .loss import AS_LOSSES, TrainerLoss
 
-#: model_type → kind: the architectures whose logits are ``lm_head(hidden)`` exactly.
+#: model_type → kind: the architectures whose logits are ``lm_head(hidden)`` exactly. "bert" is BERT as a decoder
+#: (``BertLMHeadModel``, ``is_decoder``: its prediction head's transform comes before the output layer);
+#: "encoder-decoder" is ``EncoderDecoderModel`` (BERT2BERT) over such a decoder.
 SUPPORTED = {"llama": "decoder", "mistral": "decoder", "qwen2": "decoder", "qwen3": "decoder", "gpt2": "decoder",
-             "t5": "encoder-decoder"}
+             "bert": "decoder", "t5": "encoder-decoder", "encoder-decoder": "encoder-decoder"}
 #: model_type → what it does to the logits after the output layer, which the fused layer cannot reproduce.
 REFUSED = {"gemma2": "a final logit soft-cap", "gemma3": "a final logit soft-cap", "gemma3_text": "a final logit soft-cap",
            "cohere": "a logit scale", "granite": "a logit scale", "bart": "final_logits_bias",
@@ -66,6 +68,15 @@ class FusedTrainerLoss(TrainerLoss):
         if model_type not in SUPPORTED:
             raise ValueError(f"the fused output layer supports {', '.join(sorted(SUPPORTED))}, not {model_type!r}: "
                              "use TrainerLoss")
+        decoder_config = getattr(config, "decoder", config) if model_type == "encoder-decoder" else config
+        decoder_type = getattr(decoder_config, "model_type", None)
+        if decoder_type == "bert" and not decoder_config.is_decoder:
+            raise ValueError("this BERT is not a decoder (is_decoder=False): a masked LM, which the fused loss does "
+                             "not train; use TrainerLoss")
+        if model_type == "encoder-decoder" and SUPPORTED.get(decoder_type) != "decoder":
+            raise ValueError(f"the fused output layer supports an encoder-decoder whose decoder is one of "
+                             f"{', '.join(k for k, v in sorted(SUPPORTED.items()) if v == 'decoder')}, not "
+                             f"{decoder_type!r}: use TrainerLoss")
         head = model.get_output_embeddings()
         if type(head) is not nn.Linear:
             raise ValueError(f"{model_type}'s output layer is a {type(head).__name__}, not an nn.Linear")
