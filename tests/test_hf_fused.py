@@ -21,6 +21,7 @@ from sparse_softmax.hf import FusedTrainerLoss, LossScheduleCallback, TrainerLos
 from test_hf_adapters import _token_rows, _train  # noqa: E402
 
 VOCAB = 97
+SEQ2SEQ = ("t5", "bert2bert", "bart", "marian")
 SMALL = dict(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
              num_key_value_heads=1)
 
@@ -48,6 +49,15 @@ def model_of(family: str, seed: int = 0):
         config = transformers.EncoderDecoderConfig.from_encoder_decoder_configs(bert(False), bert(True))
         config.decoder_start_token_id, config.pad_token_id = 1, 0
         return transformers.EncoderDecoderModel(config=config)
+    if family in ("bart", "marian"):
+        kind = {"bart": (transformers.BartConfig, transformers.BartForConditionalGeneration),
+                "marian": (transformers.MarianConfig, transformers.MarianMTModel)}[family]
+        config = kind[0](vocab_size=VOCAB, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                         decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, dropout=0.0,
+                         decoder_start_token_id=1, pad_token_id=0)
+        model = kind[1](config)
+        model.final_logits_bias.normal_()  # a checkpoint's (Marian's are not zero), which the fused layer must add
+        return model
     if family == "t5":
         config = transformers.T5Config(vocab_size=VOCAB, d_model=16, d_kv=8, d_ff=32, num_layers=2, num_heads=2,
                                        dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0)
@@ -61,7 +71,7 @@ def batch_of(family: str, seed: int = 1) -> tuple[dict, torch.Tensor]:
     """The model inputs and labels of a batch of 3 rows, some labels -100."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(3, VOCAB, (3, 9), generator=g)
-    seq2seq = family in ("t5", "bert2bert")
+    seq2seq = family in SEQ2SEQ
     labels = torch.randint(3, VOCAB, (3, 9), generator=g) if seq2seq else ids.clone()
     labels[0, :3] = -100
     labels[2, -2:] = -100
@@ -71,7 +81,7 @@ def batch_of(family: str, seed: int = 1) -> tuple[dict, torch.Tensor]:
     return {"input_ids": ids}, labels
 
 
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gpt2", "bert", "t5", "bert2bert"]
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gpt2", "bert", "t5", "bert2bert", "bart", "marian"]
 LOSSES = [("softmax", {"label_smoothing": 0.1}), ("sparse_softmax", {"k": 5}), ("as_softmax", {"delta": 0.05})]
 
 
@@ -83,7 +93,7 @@ def test_loss_and_every_gradient_equal_the_unfused_loss(family, name, options):
     inputs, labels = batch_of(family)
     items = 17
     fused = FusedTrainerLoss(model, name, **options)
-    unfused = TrainerLoss(name, causal_lm=family not in ("t5", "bert2bert"), **options)
+    unfused = TrainerLoss(name, causal_lm=family not in SEQ2SEQ, **options)
     got = fused(model(**inputs), labels, items)
     want = unfused(reference(**inputs), labels, items)
     got.backward()
@@ -126,16 +136,13 @@ def test_evaluation_generation_and_the_weights_are_untouched():
 @pytest.mark.parametrize("make, message", [
     (lambda: transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**SMALL, head_dim=8)),
      "gemma2 applies a final logit soft-cap to the logits after its output layer"),
-    (lambda: transformers.BartForConditionalGeneration(transformers.BartConfig(
-        vocab_size=VOCAB, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32)),
-     "bart applies final_logits_bias"),
     (lambda: transformers.BertForMaskedLM(transformers.BertConfig(
         vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)),
      "this BERT is not a decoder"),
     (lambda: transformers.BloomForCausalLM(transformers.BloomConfig(vocab_size=VOCAB, hidden_size=16, n_layer=1,
                                                                     n_head=2)),
-     "the fused output layer supports bert, encoder-decoder, gpt2, llama, mistral, qwen2, qwen3, t5, not 'bloom'"),
+     "the fused output layer supports bart, bert, encoder-decoder, gpt2, llama, marian, mbart, mistral, pegasus, "
+     "qwen2, qwen3, t5, not 'bloom'"),
 ])
 def test_what_the_fused_layer_cannot_compute_exactly_is_refused(make, message):
     with pytest.raises(ValueError, match=message):
@@ -227,3 +234,20 @@ def test_two_processes_make_the_updates_of_one_with_the_same_global_batch(tmp_pa
     assert any(not torch.equal(one[key], start[key]) for key in one), "the weights moved"
     for key in one:
         torch.testing.assert_close(two[key], one[key], msg=key, rtol=1e-4, atol=1e-6)
+
+
+def test_final_logits_bias_is_back_after_every_forward():
+    """BART's forward adds a zero in place of final_logits_bias only while it hands the hidden state over; after it,
+    and in evaluation, the buffer is the model's own (its logits the unwrapped model's)."""
+    model = model_of("bart")
+    plain = copy.deepcopy(model)
+    bias = model.final_logits_bias
+    FusedTrainerLoss(model, "softmax")
+    inputs, _ = batch_of("bart")
+    assert model(**inputs).logits.shape[-1] == 16 and model.final_logits_bias is bias
+    with pytest.raises(RuntimeError):  # float token ids: the embedding fails inside the forward
+        model(**{**inputs, "input_ids": inputs["input_ids"].float()})
+    assert model.final_logits_bias is bias, "restored when the forward fails too"
+    model.eval()
+    torch.testing.assert_close(model(**inputs).logits, plain.eval()(**inputs).logits)
+    assert torch.equal(model.state_dict()["final_logits_bias"], plain.state_dict()["final_logits_bias"])

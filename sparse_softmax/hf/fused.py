@@ -12,11 +12,12 @@ logits as before, and the loss scores those as ``TrainerLoss`` does; the weights
 ``save_pretrained`` are untouched (only the layer's ``forward`` is wrapped, on that one instance).
 
 It supports the architectures whose logits are the output layer's and nothing more (``SUPPORTED``; an
-encoder-decoder's decoder scaling, as T5's, comes before the layer and is kept). One that changes the logits after
-the layer (a final soft-cap, a logit scale, BART's ``final_logits_bias``) is refused in one line: the fused layer would
-train another loss than the model's. Labels are shifted as the model's own loss shifts them (a decoder-only model's
-position i predicts token i + 1; an encoder-decoder's decoder is fed shifted labels already), -100 is ignored and
-``num_items_in_batch`` is honoured as by ``TrainerLoss``, whose schedules and AS-Speed callbacks work unchanged.
+encoder-decoder's decoder scaling, as T5's, comes before the layer and is kept), and those that add a fixed bias after
+it (BART's ``final_logits_bias``, which becomes the fused layer's bias). One that changes the logits otherwise (a final
+soft-cap, a logit scale) is refused in one line: the fused layer would train another loss than the model's. Labels are
+shifted as the model's own loss shifts them (a decoder-only model's position i predicts token i + 1; an
+encoder-decoder's decoder is fed shifted labels already), -100 is ignored and ``num_items_in_batch`` is honoured as by
+``TrainerLoss``, whose schedules and AS-Speed callbacks work unchanged.
 """
 from __future__ import annotations
 
@@ -27,15 +28,19 @@ from torch import Tensor, nn
 from ..losses import fused_output_loss
 from .loss import AS_LOSSES, TrainerLoss
 
-#: model_type → kind: the architectures whose logits are ``lm_head(hidden)`` exactly. "bert" is BERT as a decoder
-#: (``BertLMHeadModel``, ``is_decoder``: its prediction head's transform comes before the output layer);
-#: "encoder-decoder" is ``EncoderDecoderModel`` (BERT2BERT) over such a decoder.
+#: model_type → kind: the architectures whose logits are ``lm_head(hidden)``, plus ``final_logits_bias`` for those in
+#: ``FINAL_BIAS``. "bert" is BERT as a decoder (``BertLMHeadModel``, ``is_decoder``: its prediction head's transform
+#: comes before the output layer); "encoder-decoder" is ``EncoderDecoderModel`` (BERT2BERT) over such a decoder.
 SUPPORTED = {"llama": "decoder", "mistral": "decoder", "qwen2": "decoder", "qwen3": "decoder", "gpt2": "decoder",
-             "bert": "decoder", "t5": "encoder-decoder", "encoder-decoder": "encoder-decoder"}
+             "bert": "decoder", "t5": "encoder-decoder", "encoder-decoder": "encoder-decoder",
+             "bart": "encoder-decoder", "mbart": "encoder-decoder", "marian": "encoder-decoder",
+             "pegasus": "encoder-decoder"}
+#: The architectures that add the buffer ``final_logits_bias`` to the output layer's logits: the fused layer takes it
+#: as the layer's bias, and the model adds a zero in its place while it hands the hidden state over.
+FINAL_BIAS = {"bart", "mbart", "marian", "pegasus"}
 #: model_type → what it does to the logits after the output layer, which the fused layer cannot reproduce.
 REFUSED = {"gemma2": "a final logit soft-cap", "gemma3": "a final logit soft-cap", "gemma3_text": "a final logit soft-cap",
-           "cohere": "a logit scale", "granite": "a logit scale", "bart": "final_logits_bias",
-           "mbart": "final_logits_bias", "marian": "final_logits_bias", "pegasus": "final_logits_bias"}
+           "cohere": "a logit scale", "granite": "a logit scale"}
 #: TrainerLoss name → fused_output_loss's
 FUSED_LOSSES = {"softmax": "cross_entropy", "sparse_softmax": "sparse_softmax", "as_softmax": "as_softmax"}
 
@@ -83,6 +88,10 @@ class FusedTrainerLoss(TrainerLoss):
         super().__init__(name, causal_lm=SUPPORTED[model_type] == "decoder", **options)
         self.head = head
         self._deferred = False  # the last forward handed over its hidden state, not its logits
+        self._final_bias = model.final_logits_bias if model_type in FINAL_BIAS else None
+        if self._final_bias is not None:
+            model.register_forward_pre_hook(self._zero_final_bias)
+            model.register_forward_hook(self._restore_final_bias, always_call=True)
         layer_forward = head.forward
 
         def forward(hidden: Tensor) -> Tensor:
@@ -96,13 +105,29 @@ class FusedTrainerLoss(TrainerLoss):
         if not self._deferred:
             return super()._loss(logits, target)
         self._deferred = False
-        hidden, weight, bias = logits, self.head.weight, self.head.bias
+        hidden, weight, bias = logits, self.head.weight, self._bias()
         name, options = self._scheduled(weight.size(0))
         if self.name == "sparse_softmax" and torch.is_grad_enabled():
             self._watch_sparse(lambda rows: F.linear(hidden[rows], weight, bias), target, self.options["k"])
         out = fused_output_loss(hidden.to(weight.dtype), weight, target, FUSED_LOSSES[name], bias=bias,
                                 ignore_index=self.ignore_index, reduction="sum", **options)
         return self._recorded(name, options, target, out if name in AS_LOSSES else out.loss)
+
+    def _bias(self) -> Tensor | None:
+        """The bias of the logits: the output layer's, and ``final_logits_bias`` where the model adds it."""
+        bias = self.head.bias
+        if self._final_bias is not None:
+            final = self._final_bias.reshape(-1).to(self.head.weight.dtype)
+            bias = final if bias is None else bias + final
+        return bias
+
+    def _zero_final_bias(self, model: nn.Module, args) -> None:
+        """Before a forward that hands the hidden state over, a zero in place of ``final_logits_bias``."""
+        if model.training and torch.is_grad_enabled():
+            model.final_logits_bias = self._final_bias.new_zeros(())
+
+    def _restore_final_bias(self, model: nn.Module, args, output) -> None:
+        model.final_logits_bias = self._final_bias
 
 
 class _HandedOver(torch.autograd.Function):
