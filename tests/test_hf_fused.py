@@ -251,3 +251,34 @@ def test_final_logits_bias_is_back_after_every_forward():
     model.eval()
     torch.testing.assert_close(model(**inputs).logits, plain.eval()(**inputs).logits)
     assert torch.equal(model.state_dict()["final_logits_bias"], plain.state_dict()["final_logits_bias"])
+
+
+def test_the_causal_lm_example_trains_by_the_fused_layer_as_the_unfused_loss(tmp_path):
+    """examples/hf_causal_lm.py on the toy corpus with a tiny BERT made a decoder (its LM head fresh, said in one
+    line): the test cross-entropy falls, every test text is continued, and the fused run ends where the unfused one
+    does; a bad option is one line with exit status 2 before any work."""
+    from conftest import run_script, skip_in_fast_tier
+    from test_hf_encoder import write_tiny_bert
+
+    skip_in_fast_tier("examples/hf_causal_lm.py")
+    data = tmp_path / "toy"
+    run_script("data-prep/make_toy_data.py", data, "--train", "64", "--valid", "4", "--test", "7")
+    words = sorted(set((data / "train.tgt").read_text().split()) | set((data / "test.tgt").read_text().split()))
+    bert = write_tiny_bert(tmp_path / "bert", 64, words)
+    runs = {}
+    for mode in ("fused", "unfused"):
+        proc = run_script("examples/hf_causal_lm.py", tmp_path / mode, "--data", data, "--model", bert, "--loss",
+                          "sparse_softmax", "--loss-option", "k=5", "--max-steps", "6", "--batch-size", "8", "--lr",
+                          "3e-3", *(["--unfused"] if mode == "unfused" else []))
+        runs[mode] = [float(x) for x in re.findall(r"test cross-entropy \w+ training: ([\d.]+)", proc.stdout)]
+        assert "fresh (not in bert): cls.predictions.bias, cls.predictions.transform\n" in proc.stdout
+        assert "MISSING" not in proc.stdout + proc.stderr, "transformers' table of them is not printed"
+        assert len((tmp_path / mode / "samples.txt").read_text().splitlines()) == 7
+    before, after = runs["fused"]
+    assert after < before, runs
+    assert runs["fused"] == pytest.approx(runs["unfused"], rel=1e-3), runs
+    proc = run_script("examples/hf_causal_lm.py", tmp_path / "refused", "--data", data, "--model", bert,
+                      "--loss-option", "k=abc", check=False)
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+        "hf_causal_lm.py: error: --loss sparse_softmax: sparse_softmax: k must be a whole number, got 'abc'")
+    assert not (tmp_path / "refused").exists()
