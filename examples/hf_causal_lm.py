@@ -14,7 +14,6 @@ trains the same loss from the logits (``TrainerLoss``), to compare.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
@@ -25,6 +24,8 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, DataCollatorForLa
 from sparse_softmax.hf import FusedTrainerLoss, LossScheduleCallback, TrainerLoss
 from sparse_softmax.hf.fused import FUSED_LOSSES
 from sparse_softmax.userinput import UserInputError, exit_on_error
+
+from hf_seq2seq import loss_options  # examples/, beside this script
 
 
 def read_texts(path: Path) -> list[str]:
@@ -88,17 +89,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     with exit_on_error(parser):
         run(args)
-
-
-def loss_options(pairs: list[str]) -> dict[str, float | int | str]:
-    """``k=10`` → {"k": 10}: numbers as numbers, anything else as text."""
-    options = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep:
-            raise UserInputError(f"--loss-option {pair}: expected NAME=VALUE, e.g. k=10")
-        options[name] = json.loads(value) if value.replace(".", "", 1).lstrip("-").isdigit() else value
-    return options
 
 
 def run(args: argparse.Namespace) -> None:
