@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from measure import best_times, device_name, grouped_bars, peak_extra_bytes, pyplot, write_results
+from measure import best_times, device_name, peak_extra_bytes, ratio_panels, write_results
 from sparse_softmax.hf import FusedTrainerLoss, TrainerLoss
 from sparse_softmax.losses import fused_output_loss
 
@@ -80,15 +80,6 @@ def variants(hidden: int, vocab: int, layers: int, batch: int, length: int, devi
     return out
 
 
-def plot(rows: list[dict], path: Path) -> None:
-    fig, axes = pyplot().subplots(1, 2, figsize=(13, 6.5))
-    grouped_bars(axes[0], rows, "case", "variant", "time_ratio", "training step time ÷ the model's own loss")
-    grouped_bars(axes[1], rows, "case", "variant", "memory_ratio", "peak memory of a step ÷ the model's own loss")
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=8)
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
-    fig.savefig(path, dpi=120)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -125,7 +116,8 @@ def main() -> None:
              "|---|---|---:|---:|---:|---:|"]
     lines += [f"| {r['case']} | {r['variant']} | {r['ms']:.1f} | {r['time_ratio']:.2f} | {r['mb']:.1f} | "
               f"{r['memory_ratio']:.3f} |" for r in rows]
-    write_results(args.out, lines, lambda path: plot(rows, path))
+    write_results(args.out, lines, lambda path: ratio_panels(
+        rows, path, "training step time ÷ the model's own loss", "peak memory of a step ÷ the model's own loss"))
 
 
 if __name__ == "__main__":

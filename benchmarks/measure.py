@@ -110,6 +110,17 @@ def grouped_bars(ax, rows: list[dict], group: str, series: str, value: str, titl
     ax.set_title(title)
 
 
+def ratio_panels(rows: list[dict], path: Path, time_title: str, memory_title: str) -> None:
+    """The plot of a speed-and-memory table: ``rows``' time_ratio and memory_ratio side by side, a bar a variant,
+    grouped by case, saved to ``path``."""
+    fig, axes = pyplot().subplots(1, 2, figsize=(13, 6.5))
+    grouped_bars(axes[0], rows, "case", "variant", "time_ratio", time_title)
+    grouped_bars(axes[1], rows, "case", "variant", "memory_ratio", memory_title)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=8)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    fig.savefig(path, dpi=120)
+
+
 def write_results(out: Path, lines: list[str], plot: Callable[[Path], None]) -> None:
     """The table to ``out.md`` and the plot to ``out.png``; the table is printed too."""
     out.parent.mkdir(parents=True, exist_ok=True)

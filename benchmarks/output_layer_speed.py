@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from measure import (best_times, deterministic_algorithms, device_name, grouped_bars, peak_extra_bytes, print_profile,
-                     pyplot, write_results)
+from measure import (best_times, deterministic_algorithms, device_name, peak_extra_bytes, print_profile,
+                     ratio_panels, write_results)
 from sparse_softmax.losses import as_softmax, fused_output_loss, sparse_softmax_loss
 
 CASES = "1024x256x8000,4096x512x32000,8192x1024x50000"
@@ -113,15 +113,6 @@ def shares(inputs) -> str:
     return f"{int(out.n_dense) / n:.0%} / {int(out.n_masked) / n:.0%}"
 
 
-def plot(rows: list[dict], path: Path) -> None:
-    fig, axes = pyplot().subplots(1, 2, figsize=(13, 6.5))
-    grouped_bars(axes[0], rows, "case", "variant", "time_ratio", "forward + backward time ÷ baseline")
-    grouped_bars(axes[1], rows, "case", "variant", "memory_ratio", "peak memory beyond the inputs ÷ baseline")
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=8)
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
-    fig.savefig(path, dpi=120)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -161,7 +152,8 @@ def main() -> None:
               "| AS rows dense / masked |"), "|---|---|---:|---:|---:|---:|---|"]
     lines += [f"| {r['case']} | {r['variant']} | {r['ms']:.1f} | {r['time_ratio']:.2f} | {r['mb']:.1f} | "
               f"{r['memory_ratio']:.3f} | {r['shares']} |" for r in rows]
-    write_results(args.out, lines, lambda path: plot(rows, path))
+    write_results(args.out, lines, lambda path: ratio_panels(
+        rows, path, "forward + backward time ÷ baseline", "peak memory beyond the inputs ÷ baseline"))
 
 
 if __name__ == "__main__":
