@@ -25,7 +25,7 @@ from sparse_softmax.hf import FusedTrainerLoss, LossScheduleCallback, TrainerLos
 from sparse_softmax.hf.fused import FUSED_LOSSES
 from sparse_softmax.userinput import UserInputError, exit_on_error
 
-from hf_seq2seq import loss_options  # examples/, beside this script
+from hf_seq2seq import loss_options, quietly, say_fresh  # examples/, beside this script
 
 
 def read_texts(path: Path) -> list[str]:
@@ -36,23 +36,9 @@ def read_texts(path: Path) -> list[str]:
 
 def load_model(folder: Path):
     """The checkpoint as a causal LM; one line names the parameters it lacks, which start fresh."""
-    verbosity = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()  # its table of fresh parameters: summed up below instead
-    try:
-        model, info = AutoModelForCausalLM.from_pretrained(folder, is_decoder=True, output_loading_info=True)
-    finally:
-        transformers.logging.set_verbosity(verbosity)
-    missing, params = set(info["missing_keys"]), dict(model.named_parameters(remove_duplicate=False))
-    seen = {p.data_ptr() for key, p in params.items() if key not in missing}  # a tied output layer is not fresh
-    fresh = set()
-    for key in sorted(missing):  # a tensor under two names counts once
-        if key in params and params[key].data_ptr() in seen:
-            continue
-        seen.add(params[key].data_ptr() if key in params else key)
-        fresh.add(".".join(key.split(".")[:3]))
-    fresh = sorted(fresh)
-    if fresh:
-        print(f"fresh (not in {folder.name}): {', '.join(fresh)}")
+    model, info = quietly(lambda: AutoModelForCausalLM.from_pretrained(folder, is_decoder=True,
+                                                                        output_loading_info=True))
+    say_fresh(model, info, folder)
     return model
 
 

@@ -20,8 +20,9 @@ import json
 from pathlib import Path
 
 import torch
-from transformers import (AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq,
-                          EncoderDecoderModel, Seq2SeqTrainer, Seq2SeqTrainingArguments)
+import transformers
+from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer,
+                          DataCollatorForSeq2Seq, EncoderDecoderModel, Seq2SeqTrainer, Seq2SeqTrainingArguments)
 
 from sparse_softmax.hf import (LOSSES, FusedTrainerLoss, LossScheduleCallback, SourceVocabularyMask, TopKRenormalise,
                                TrainerLoss)
@@ -42,16 +43,48 @@ def read_pairs(data: Path, split: str) -> tuple[list[str], list[str]]:
 
 
 def load_model(folder: Path, tokenizer):
-    """A seq2seq checkpoint as it is; an encoder-only one (BERT) as BERT2BERT."""
+    """A seq2seq checkpoint as it is; an encoder-only one (BERT) as BERT2BERT, whose decoder's cross-attention and
+    LM head start fresh (said in one line)."""
     if AutoConfig.from_pretrained(folder).is_encoder_decoder:
         return AutoModelForSeq2SeqLM.from_pretrained(folder)
-    model = EncoderDecoderModel.from_encoder_decoder_pretrained(str(folder), str(folder))
+    transformers.set_seed(1)  # what starts fresh starts alike in every run
+    encoder = quietly(lambda: AutoModel.from_pretrained(folder))
+    decoder, info = quietly(lambda: AutoModelForCausalLM.from_pretrained(
+        folder, is_decoder=True, add_cross_attention=True, output_loading_info=True))
+    say_fresh(decoder, info, folder, "the decoder's ")
+    model = EncoderDecoderModel(encoder=encoder, decoder=decoder)
     model.config.decoder_start_token_id = tokenizer.cls_token_id
     model.config.eos_token_id, model.config.pad_token_id = tokenizer.sep_token_id, tokenizer.pad_token_id
     model.generation_config.decoder_start_token_id = tokenizer.cls_token_id
     model.generation_config.eos_token_id = tokenizer.sep_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model
+
+
+def quietly(load):
+    """``load()`` without transformers' report of the parameters a checkpoint lacks (``say_fresh`` sums it up)."""
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        return load()
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+
+
+def say_fresh(model, info: dict, folder: Path, whose: str = "") -> None:
+    """One line naming the parameters of ``model`` that ``folder``'s checkpoint lacks (``output_loading_info``'s
+    missing keys, a tensor under two names or tied to a loaded one counted once), which start fresh."""
+    missing, params = set(info["missing_keys"]), dict(model.named_parameters(remove_duplicate=False))
+    seen = {p.data_ptr() for key, p in params.items() if key not in missing}
+    fresh = set()
+    for key in sorted(missing):
+        if key in params and params[key].data_ptr() in seen:
+            continue
+        seen.add(params[key].data_ptr() if key in params else key)
+        parts = [part for part in key.split(".") if not part.isdigit()]  # every layer's alike
+        fresh.add(".".join(parts if len(parts) <= 3 else parts[:-1][:4]))  # a module's, or a parameter of its own
+    if fresh:
+        print(f"fresh ({whose}parameters not in {folder.name}): {', '.join(sorted(fresh))}")
 
 
 def loss_options(pairs: list[str]) -> dict[str, float | int | str]:

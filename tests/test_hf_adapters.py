@@ -403,8 +403,12 @@ def test_the_example_fine_tunes_and_decodes_every_test_source(tmp_path):
     words = sorted(set((data / "train.src").read_text().split()) | set(" ".join(sources).split()))
     bert = write_tiny_bert(tmp_path / "bert", 64, words)  # every toy word one token
     example = ["examples/hf_seq2seq.py", tmp_path / "out", "--data", data, "--model", bert]
-    run_script(*example, "--loss", "as_softmax", "--loss-option", "delta=0.3", "--loss-option", "warmup_ratio=0.5",
-               "--max-steps", "4", "--batch-size", "8", "--beam", "3", "--decoding-topk", "2", "--source-vocab-mask")
+    proc = run_script(*example, "--loss", "as_softmax", "--loss-option", "delta=0.3", "--loss-option",
+                      "warmup_ratio=0.5", "--max-steps", "4", "--batch-size", "8", "--beam", "3", "--decoding-topk", "2",
+                      "--source-vocab-mask")
+    assert ("fresh (the decoder's parameters not in bert): bert.encoder.layer.crossattention, cls.predictions.bias, "
+            "cls.predictions.transform.LayerNorm, cls.predictions.transform.dense\n") in proc.stdout
+    assert "MISSING" not in proc.stdout + proc.stderr and "corrupted" not in proc.stderr
     hypotheses = (tmp_path / "out" / "test.hyp").read_text().splitlines()
     assert len(hypotheses) == len(sources) == 7
     for hypothesis, source in zip(hypotheses, sources):  # the source mask: only the source's words
