@@ -88,8 +88,11 @@ class FusedTrainerLoss(TrainerLoss):
         super().__init__(name, causal_lm=SUPPORTED[model_type] == "decoder", **options)
         self.head = head
         self._deferred = False  # the last forward handed over its hidden state, not its logits
-        self._final_bias = model.final_logits_bias if model_type in FINAL_BIAS else None
-        if self._final_bias is not None:
+        # the model that adds final_logits_bias (read when used: moving the model replaces the buffer), and the buffer
+        # while a zero stands in its place
+        self._final_bias_of = model if model_type in FINAL_BIAS else None
+        self._set_aside: Tensor | None = None
+        if self._final_bias_of is not None:
             model.register_forward_pre_hook(self._zero_final_bias)
             model.register_forward_hook(self._restore_final_bias, always_call=True)
         layer_forward = head.forward
@@ -116,18 +119,20 @@ class FusedTrainerLoss(TrainerLoss):
     def _bias(self) -> Tensor | None:
         """The bias of the logits: the output layer's, and ``final_logits_bias`` where the model adds it."""
         bias = self.head.bias
-        if self._final_bias is not None:
-            final = self._final_bias.reshape(-1).to(self.head.weight.dtype)
+        if self._final_bias_of is not None:
+            final = self._final_bias_of.final_logits_bias.reshape(-1).to(self.head.weight.dtype)
             bias = final if bias is None else bias + final
         return bias
 
     def _zero_final_bias(self, model: nn.Module, args) -> None:
         """Before a forward that hands the hidden state over, a zero in place of ``final_logits_bias``."""
         if model.training and torch.is_grad_enabled():
-            model.final_logits_bias = self._final_bias.new_zeros(())
+            self._set_aside = model.final_logits_bias
+            model.final_logits_bias = self._set_aside.new_zeros(())
 
     def _restore_final_bias(self, model: nn.Module, args, output) -> None:
-        model.final_logits_bias = self._final_bias
+        if self._set_aside is not None:
+            model.final_logits_bias, self._set_aside = self._set_aside, None
 
 
 class _HandedOver(torch.autograd.Function):
