@@ -25,7 +25,7 @@ from sparse_softmax.hf import FusedTrainerLoss, LossScheduleCallback, TrainerLos
 from sparse_softmax.hf.fused import FUSED_LOSSES
 from sparse_softmax.userinput import UserInputError, exit_on_error
 
-from hf_seq2seq import loss_options, quietly, say_fresh  # examples/, beside this script
+from hf_seq2seq import add_loss_arguments, loss_options, quietly, say_fresh  # examples/, beside this one
 
 
 def read_texts(path: Path) -> list[str]:
@@ -64,9 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("out", type=Path, help="output folder: the trained model and samples.txt")
     parser.add_argument("--data", type=Path, required=True, help="folder with train.tgt and test.tgt")
     parser.add_argument("--model", type=Path, required=True, help="checkpoint folder (save_pretrained)")
-    parser.add_argument("--loss", default="sparse_softmax", choices=sorted(FUSED_LOSSES))
-    parser.add_argument("--loss-option", action="append", default=[], metavar="NAME=VALUE",
-                        help="an option of the loss (k=10, delta=0.3, warmup_ratio=0.1, ...); repeatable")
+    add_loss_arguments(parser, FUSED_LOSSES)
     parser.add_argument("--unfused", action="store_true", help="the loss from the logits (TrainerLoss), to compare")
     parser.add_argument("--max-steps", type=int, default=300, help="training updates")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -80,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
 def run(args: argparse.Namespace) -> None:
     options = loss_options(args.loss_option)
     try:
-        TrainerLoss(args.loss, causal_lm=True, **options)  # checks the options before any work
+        loss = TrainerLoss(args.loss, causal_lm=True, **options)  # checks the options before any work
     except ValueError as error:
         raise UserInputError(f"--loss {args.loss}: {error}") from None
     train, test = (read_texts(args.data / f"{split}.tgt") for split in ("train", "test"))
@@ -89,11 +87,11 @@ def run(args: argparse.Namespace) -> None:
         tokenizer.pad_token = tokenizer.eos_token
     transformers.set_seed(1)  # what starts fresh starts alike in every run
     model = load_model(args.model)
-    try:
-        loss = (TrainerLoss(args.loss, causal_lm=True, **options) if args.unfused
-                else FusedTrainerLoss(model, args.loss, **options))
-    except ValueError as error:
-        raise UserInputError(f"--model {args.model}: {error}") from None
+    if not args.unfused:
+        try:
+            loss = FusedTrainerLoss(model, args.loss, **options)
+        except ValueError as error:
+            raise UserInputError(f"--model {args.model}: {error}") from None
     print(f"test cross-entropy before training: {test_cross_entropy(model, tokenizer, test):.4f} nats a token")
     rows = [{"input_ids": ids} for ids in tokenizer(train, truncation=True, max_length=args.max_tokens)["input_ids"]]
     training = TrainingArguments(

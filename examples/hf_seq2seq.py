@@ -87,6 +87,13 @@ def say_fresh(model, info: dict, folder: Path, whose: str = "") -> None:
         print(f"fresh ({whose}parameters not in {folder.name}): {', '.join(sorted(fresh))}")
 
 
+def add_loss_arguments(parser: argparse.ArgumentParser, names) -> None:
+    """``--loss`` (one of ``names``, sparse_softmax by default) and ``--loss-option NAME=VALUE`` (``loss_options``)."""
+    parser.add_argument("--loss", default="sparse_softmax", choices=sorted(names))
+    parser.add_argument("--loss-option", action="append", default=[], metavar="NAME=VALUE",
+                        help="an option of the loss (k=10, delta=0.3, warmup_ratio=0.1, ...); repeatable")
+
+
 def loss_options(pairs: list[str]) -> dict[str, float | int | str]:
     """``k=10`` → {"k": 10}: numbers as numbers, anything else as text."""
     options = {}
@@ -103,9 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("out", type=Path, help="output folder: the fine-tuned model and test.hyp")
     parser.add_argument("--data", type=Path, required=True, help="folder with {train,test}.{src,tgt}")
     parser.add_argument("--model", type=Path, required=True, help="checkpoint folder (save_pretrained)")
-    parser.add_argument("--loss", default="sparse_softmax", choices=sorted(LOSSES))
-    parser.add_argument("--loss-option", action="append", default=[], metavar="NAME=VALUE",
-                        help="an option of the loss (k=10, delta=0.3, warmup_ratio=0.1, ...); repeatable")
+    add_loss_arguments(parser, LOSSES)
     parser.add_argument("--fused", action="store_true",
                         help="the loss by the fused output layer, without the logits (softmax, sparse_softmax, "
                              "as_softmax)")
