@@ -17,23 +17,54 @@ from sparse_softmax import losses as L
 from test_fairseq_compat import _LogitsModel, _Task
 
 V, SCALE = 12, 10.0  # classes; the stand-in decoder's cosine scale (am_softmax)
-#: (criterion, its config options, the core loss of the counted rows' logits z and targets t, summed)
-CASES = {
-    "softmax": ({"label_smoothing": 0.1}, lambda z, t: L.softmax_loss(z, t, label_smoothing=0.1)),
-    "temperature_softmax": ({"softmax_temperature": 0.8}, lambda z, t: L.temperature_softmax_loss(z, t, 0.8)),
-    "soft_margin_softmax": ({"softmax_margin": 0.3}, lambda z, t: L.soft_margin_softmax_loss(z, t, 0.3)),
-    "am_softmax": ({"softmax_margin": 0.2}, lambda z, t: L.am_softmax_loss(z / SCALE, t, 0.2, SCALE)),
-    "taylor_softmax": ({"taylor_order": 4, "taylor_gradient": "exact"},
-                       lambda z, t: L.taylor_softmax_loss(z, t, 4, "exact")),
-    "sm_taylor_softmax": ({"taylor_order": 2, "softmax_margin": 0.2},
-                          lambda z, t: L.sm_taylor_softmax_loss(z, t, 2, 0.2)),
-    "sparsemax": ({}, lambda z, t: L.sparsemax_loss(z, t)),
-    "entmax15": ({}, lambda z, t: L.entmax15_loss(z, t)),
-    "sparse_softmax": ({"sparse_topk": 4, "label_smoothing": 0.1, "sparse_warmup_ratio": 0.0, "max_update": 0},
-                       lambda z, t: L.sparse_softmax_loss(z, t, 4, label_smoothing=0.1)),
-    "as_softmax": ({"as_delta": 0.3, "as_warmup_ratio": 0.0, "max_update": 0},
-                   lambda z, t: L.as_softmax_loss(z, t, 0.3)),
+#: criterion -> the options it is tested with (its config fields, none at its default)
+OPTIONS = {
+    "softmax": {"label_smoothing": 0.1},
+    "temperature_softmax": {"softmax_temperature": 0.8},
+    "soft_margin_softmax": {"softmax_margin": 0.3},
+    "am_softmax": {"softmax_margin": 0.2},
+    "taylor_softmax": {"taylor_order": 4},
+    "sm_taylor_softmax": {"taylor_order": 2, "softmax_margin": 0.2},
+    "sparsemax": {},
+    "entmax15": {},
+    "sparse_softmax": {"sparse_topk": 4, "label_smoothing": 0.1},
+    "as_softmax": {"as_delta": 0.3},
 }
+
+
+def core_loss(name: str, z: torch.Tensor, t: torch.Tensor, options: dict, scale: float = SCALE) -> torch.Tensor:
+    """The core loss that criterion ``name`` with ``options`` (its config fields; the unset ones at their defaults)
+    stands for, summed over the rows of logits ``z`` (N × C; for am_softmax the cosine head's s·cos with s =
+    ``scale``) and targets ``t`` (N)."""
+    o = {"label_smoothing": 0.0, "taylor_gradient": "exact", **options}
+    match name:
+        case "softmax":
+            return L.softmax_loss(z, t, label_smoothing=o["label_smoothing"])
+        case "temperature_softmax":
+            return L.temperature_softmax_loss(z, t, o["softmax_temperature"])
+        case "soft_margin_softmax":
+            return L.soft_margin_softmax_loss(z, t, o["softmax_margin"])
+        case "am_softmax":
+            return L.am_softmax_loss(z / scale, t, o["softmax_margin"], scale)
+        case "taylor_softmax":
+            return L.taylor_softmax_loss(z, t, o["taylor_order"], o["taylor_gradient"])
+        case "sm_taylor_softmax":
+            return L.sm_taylor_softmax_loss(z, t, o["taylor_order"], o["softmax_margin"])
+        case "sparsemax":
+            return L.sparsemax_loss(z, t)
+        case "entmax15":
+            return L.entmax15_loss(z, t)
+        case "sparse_softmax":
+            return L.sparse_softmax_loss(z, t, o["sparse_topk"], label_smoothing=o["label_smoothing"])
+        case "as_softmax":
+            return L.as_softmax_loss(z, t, o["as_delta"])
+    raise KeyError(name)
+
+
+def criterion_flags(name: str, options: dict) -> list[str]:
+    """``--criterion name`` and ``options`` as command-line flags."""
+    return ["--criterion", name, *(x for key, value in options.items() for x in (f"--{key.replace('_', '-')}",
+                                                                                  str(value)))]
 
 
 def dictionary() -> Dictionary:
@@ -59,7 +90,9 @@ def batch(d: Dictionary, seed: int = 0):
 
 
 def build(name: str, d: Dictionary, **options):
-    cfg = CRITERION_DATACLASS_REGISTRY[name](sentence_avg=False, **options)
+    config = CRITERION_DATACLASS_REGISTRY[name]
+    schedule = {"max_update": 0} if "max_update" in config.__dataclass_fields__ else {}  # no schedule unless given
+    cfg = config(sentence_avg=False, **{**schedule, **options})
     return CRITERION_REGISTRY[name].build_criterion(cfg, _Task(d))
 
 
@@ -75,29 +108,29 @@ def model_at(logits, update: int = 0):
     return model
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(OPTIONS))
 def test_criterion_is_its_core_loss_on_the_counted_rows(name):
     d = dictionary()
-    options, core = CASES[name]
     logits, target, sample = batch(d)
     z, t = counted(logits, target, d)
-    loss, sample_size, log = build(name, d, **options)(model_at(logits), sample)
+    loss, sample_size, log = build(name, d, **OPTIONS[name])(model_at(logits), sample)
     assert sample_size == log["sample_size"] == sample["ntokens"] == len(t) == 10
     assert int(log["n_rows"]) == 10
-    torch.testing.assert_close(loss, core(z, t), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(loss, core_loss(name, z, t, OPTIONS[name]), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(log["nll_loss"], torch.nn.functional.cross_entropy(z, t, reduction="sum"),
                                rtol=1e-12, atol=1e-12)
 
 
 def test_the_gradient_reaches_the_counted_rows_only():
     d = dictionary()
-    for name, (options, core) in CASES.items():
+    # with Taylor's infinite-order gradient too: the option changes the backward alone
+    for name, options in [*OPTIONS.items(), ("taylor_softmax", {"taylor_order": 2, "taylor_gradient": "inf"})]:
         logits, target, sample = batch(d, seed=1)
         z = logits.clone().requires_grad_(True)
         build(name, d, **options)(model_at(z), sample)[0].backward()
         rows, t = counted(logits, target, d)
         rows = rows.clone().requires_grad_(True)
-        core(rows, t).backward()
+        core_loss(name, rows, t, options).backward()
         grad = z.grad.reshape(-1, V)
         keep = target.reshape(-1) != d.pad()
         torch.testing.assert_close(grad[keep], rows.grad, rtol=1e-10, atol=1e-12, msg=name)
@@ -111,7 +144,7 @@ def test_as_softmax_counts_its_masked_and_dense_rows_by_the_papers_rule():
     z, t = counted(logits, target, d)
     p = z.softmax(dim=-1)
     kept = (p.gather(1, t[:, None]) - p) <= 0.3
-    _, _, log = build("as_softmax", d, **CASES["as_softmax"][0])(model_at(logits), sample)
+    _, _, log = build("as_softmax", d, **OPTIONS["as_softmax"])(model_at(logits), sample)
     assert int(log["n_masked"]) == int((kept.sum(dim=1) == 1).sum()) >= 1
     assert int(log["n_dense"]) == int(kept.all(dim=1).sum()) >= 1
     assert float(log["delta_x_rows"]) == pytest.approx(0.3 * 10)
@@ -124,7 +157,7 @@ def test_sparse_softmax_warmup_switches_at_its_share_of_max_update(update, warm)
     d = dictionary()
     logits, target, sample = batch(d)
     z, t = counted(logits, target, d)
-    options = {**CASES["sparse_softmax"][0], "sparse_warmup_ratio": 0.5, "max_update": 10}
+    options = {**OPTIONS["sparse_softmax"], "sparse_warmup_ratio": 0.5, "max_update": 10}
     loss, _, log = build("sparse_softmax", d, **options)(model_at(logits, update), sample)
     want = L.softmax_loss(z, t, label_smoothing=0.1) if warm else L.sparse_softmax_loss(z, t, 4, label_smoothing=0.1)
     torch.testing.assert_close(loss, want, rtol=1e-12, atol=1e-12)
@@ -139,7 +172,7 @@ def test_as_softmax_schedule_reaches_the_core(options, deltas):
     d = dictionary()
     logits, target, sample = batch(d)
     z, t = counted(logits, target, d)
-    criterion = build("as_softmax", d, **{**CASES["as_softmax"][0], "max_update": 10, **options})
+    criterion = build("as_softmax", d, **{**OPTIONS["as_softmax"], "max_update": 10, **options})
     for update, delta in deltas.items():
         loss, _, log = criterion(model_at(logits, update), sample)
         torch.testing.assert_close(loss, L.as_softmax_loss(z, t, delta), rtol=1e-12, atol=1e-12,
@@ -151,7 +184,7 @@ def test_sparse_softmax_logs_the_flat_slope_of_its_rows():
     d = dictionary()
     logits, target, sample = batch(d)
     z, t = counted(logits, target, d)
-    _, _, log = build("sparse_softmax", d, **CASES["sparse_softmax"][0])(model_at(logits), sample)
+    _, _, log = build("sparse_softmax", d, **OPTIONS["sparse_softmax"])(model_at(logits), sample)
     slope = (z.topk(4, dim=1).values.mean(dim=1) - z.gather(1, t[:, None]).squeeze(1)).sum()
     assert int(log["n_slope_rows"]) == 10
     assert float(log["flat_slope_sum"]) == pytest.approx(float(slope))
@@ -164,7 +197,7 @@ def test_reduce_metrics_reports_bits_per_token():
     d = dictionary()
     logits, target, sample = batch(d)
     z, t = counted(logits, target, d)
-    criterion = build("sparse_softmax", d, **CASES["sparse_softmax"][0])
+    criterion = build("sparse_softmax", d, **OPTIONS["sparse_softmax"])
     _, _, log = criterion(model_at(logits), sample)
     with metrics.aggregate() as agg:
         type(criterion).reduce_metrics([log, log])
@@ -177,19 +210,9 @@ def test_reduce_metrics_reports_bits_per_token():
 
 # ---------------------------------------------------------------------- TrainerLoss (Hugging Face)
 
-#: each single-label name of TrainerLoss with options, and the core loss of the counted rows with the same ones
-HF_CASES = {
-    "softmax": ({"label_smoothing": 0.1}, CASES["softmax"][1]),
-    "sparse_softmax": ({"k": 4, "label_smoothing": 0.1}, CASES["sparse_softmax"][1]),
-    "as_softmax": ({"delta": 0.3}, CASES["as_softmax"][1]),
-    "temperature_softmax": ({"temperature": 0.8}, CASES["temperature_softmax"][1]),
-    "soft_margin_softmax": ({"margin": 0.3}, CASES["soft_margin_softmax"][1]),
-    "am_softmax": ({"margin": 0.2, "scale": SCALE}, lambda z, t: L.am_softmax_loss(z, t, 0.2, SCALE)),
-    "taylor_softmax": ({"order": 4, "gradient": "exact"}, CASES["taylor_softmax"][1]),
-    "sm_taylor_softmax": ({"order": 2, "margin": 0.2}, CASES["sm_taylor_softmax"][1]),
-    "sparsemax": ({}, CASES["sparsemax"][1]),
-    "entmax15": ({}, CASES["entmax15"][1]),
-}
+#: TrainerLoss's names for the criterions' options
+HF_NAMES = {"sparse_topk": "k", "as_delta": "delta", "softmax_temperature": "temperature", "softmax_margin": "margin",
+            "taylor_order": "order", "taylor_gradient": "gradient"}
 
 
 def hf_batch(seed: int = 0):
@@ -201,7 +224,7 @@ def hf_batch(seed: int = 0):
     return logits.clamp(-0.99, 0.99), logits, labels  # cosines for am_softmax, logits for the others
 
 
-@pytest.mark.parametrize("name", sorted(HF_CASES))
+@pytest.mark.parametrize("name", sorted(OPTIONS))
 @pytest.mark.parametrize("causal_lm", [False, True])
 def test_trainer_loss_is_its_core_loss_per_counted_row(name, causal_lm):
     """The loss ``TrainerLoss`` returns for the Trainer: the core loss of the counted rows (labels shifted one to
@@ -209,7 +232,9 @@ def test_trainer_loss_is_its_core_loss_per_counted_row(name, causal_lm):
     when the Trainer passes none."""
     from sparse_softmax.hf import TrainerLoss
 
-    options, core = HF_CASES[name]
+    options = {HF_NAMES.get(key, key): value for key, value in OPTIONS[name].items()}
+    if name == "am_softmax":
+        options["scale"] = SCALE
     cosines, logits, labels = hf_batch()
     scores = cosines if name == "am_softmax" else logits
     if causal_lm:
@@ -217,9 +242,10 @@ def test_trainer_loss_is_its_core_loss_per_counted_row(name, causal_lm):
     else:
         z, t = scores.reshape(-1, V), labels.reshape(-1)
     z, t = z[t != -100], t[t != -100]
+    want = core_loss(name, z * SCALE if name == "am_softmax" else z, t, OPTIONS[name])
     loss_fn = TrainerLoss(name, causal_lm=causal_lm, **options)
-    torch.testing.assert_close(loss_fn({"logits": scores}, labels), core(z, t) / len(t), rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(loss_fn({"logits": scores}, labels, num_items_in_batch=40), core(z, t) / 40,
+    torch.testing.assert_close(loss_fn({"logits": scores}, labels), want / len(t), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(loss_fn({"logits": scores}, labels, num_items_in_batch=40), want / 40,
                                rtol=1e-12, atol=1e-12)
 
 
