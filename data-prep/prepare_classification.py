@@ -77,9 +77,10 @@ def main(argv: list[str] | None = None) -> None:
             labels[split] = write_split(out, split, read(counts[split]), counts[split], lowercase=args.lowercase,
                                         skip_invalid=args.skip_invalid)
         check_label_sets(labels)
-        classes = len(labels["train"])
+        classes = len(labels["train"].counts)
         print(f"{classes} classes in train: --num-classes {classes}")
-        script.finish(args, out, counts, {"dataset": args.dataset, "num_classes": classes, "label_counts": labels},
+        script.finish(args, out, counts, {"dataset": args.dataset, "num_classes": classes,
+                                          "label_counts": {split: dict(c.counts) for split, c in labels.items()}},
                       binarizer=functools.partial(binarize_classification, hf_tokenizer=args.hf_tokenizer))
 
 

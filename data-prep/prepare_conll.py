@@ -46,9 +46,14 @@ def main(argv: list[str] | None = None) -> None:
                 counts[split] = SplitCounts(source=str(path))
                 sentences = read_conll(path, args.label_column, counts[split], args.skip_invalid)
                 tags[split] = write_split(out, split, sentences, counts[split])
-        check_label_sets(tags)
-        print(f"{len(tags['train'])} tags in train: {' '.join(sorted(tags['train']))}")
-        script.finish(args, out, counts, {"dataset": "conll", "num_classes": len(tags["train"]), "label_counts": tags},
+        check_label_sets(tags, "tag")
+        for split, written in tags.items():
+            print(written.summary(split))
+        print(f"{len(tags['train'].counts)} tags in train: {' '.join(sorted(tags['train'].counts))}")
+        script.finish(args, out, counts, {"dataset": "conll", "num_classes": len(tags["train"].counts),
+                                          "label_counts": {split: dict(t.counts) for split, t in tags.items()},
+                                          "tokens": {split: t.tokens for split, t in tags.items()},
+                                          "entities": {split: dict(t.entities) for split, t in tags.items()}},
                       binarizer=functools.partial(binarize_classification, piece_labels=piece_labels,
                                                   hf_tokenizer=args.hf_tokenizer))
 

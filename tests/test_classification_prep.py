@@ -104,7 +104,7 @@ def test_jsonl_single_and_multi_label(tmp_path):
 
 
 @pytest.mark.parametrize("dataset, train, test, message", [
-    ("tsv", "a\tx\nb\ty\n", "c\tz\n", r"test: labels that never occur in train: z"),
+    ("tsv", "a\tx\nb\ty\n", "c\tz\n", r"test.txt:1: the label 'z' never occurs in train$"),
     ("tsv", "a\tx\nno tab here\n", None, r"train.txt:2: expected 'text<TAB>label', found no tab"),
     ("tsv", b"a\tx\ncaf\xe9\tx\n", None, r"train.txt:2: not UTF-8 \(byte 0xe9 at column 4\)"),
     ("tsv", "a\tx\n \tx\n", None, r"train.txt:2: empty text \(use --skip-invalid"),

@@ -311,7 +311,31 @@ def test_conll_prep_refuses_a_reserved_tag_and_short_lines(tmp_path):
     assert proc.returncode == 2 and "bad.txt:1: the tag 'X' is reserved" in proc.stderr
     (tmp_path / "short.txt").write_text("a NN O\nlonely\n", encoding="utf-8")
     proc = run_script("data-prep/prepare_conll.py", tmp_path / "out", "--train", tmp_path / "short.txt", check=False)
-    assert proc.returncode == 2 and "short.txt:2: expected 'word ... label' columns" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1].endswith(
+        "short.txt:2: expected 'word ... label' columns with the label in the last column, got 1 column(s)")
+
+
+def test_conll_prep_names_where_an_unseen_tag_occurs(tmp_path):
+    (tmp_path / "train.txt").write_text("Paris NNP B-LOC\nis VBZ O\n", encoding="utf-8")
+    (tmp_path / "dev.txt").write_text("-DOCSTART- -X- O\n\nNew NNP B-LOC\nYork NNP I-LOC\nTimes NNP B-ORG\n",
+                                      encoding="utf-8")
+    proc = run_script("data-prep/prepare_conll.py", tmp_path / "out", "--train", tmp_path / "train.txt",
+                      "--valid", tmp_path / "dev.txt", "--text-only", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (f"prepare_conll.py: error: {tmp_path / 'dev.txt'}:4: the tag 'I-LOC' "
+                                            "never occurs in train (nor do B-ORG)")
+
+
+def test_conll_prep_counts_tokens_and_entities_per_type(tmp_path):
+    """Entities by conlleval's chunk rules: an I- tag after O or another type opens one (IOB1 files have them)."""
+    (tmp_path / "train.txt").write_text(
+        "-DOCSTART- -X- O\n\nNew NNP B-LOC\nYork NNP I-LOC\nand CC O\nAcme NNP I-ORG\nCorp NNP I-ORG\n\n"
+        "Bob NNP B-PER\nBob NNP B-PER\nLima NNP I-LOC\n", encoding="utf-8")
+    proc = run_script("data-prep/prepare_conll.py", tmp_path / "out", "--train", tmp_path / "train.txt",
+                      "--text-only")
+    assert "train: 8 tokens; entities 5 (LOC 2, ORG 1, PER 2)" in proc.stdout.splitlines(), proc.stdout
+    summary = json.loads((tmp_path / "out/prep_summary.json").read_text())
+    assert summary["tokens"] == {"train": 8} and summary["entities"] == {"train": {"LOC": 2, "ORG": 1, "PER": 2}}
 
 
 def test_conll_prep_skips_a_sentence_with_a_non_utf8_line_whole(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -92,19 +93,33 @@ def _labels(labels: list, multi_label: bool, where: str) -> list[str]:
     return [_check_label(label, where) for label in labels]
 
 
-def check_label_sets(label_counts: dict[str, dict[str, int]]) -> None:
-    """Every validation/test label must occur in training (fairseq would silently make it <unk>)."""
-    known = set(label_counts.get("train", {}))
-    for split, counts in label_counts.items():
-        unseen = sorted(set(counts) - known)
-        if split != "train" and unseen:
-            raise PrepError(f"{split}: labels that never occur in train: {', '.join(unseen[:10])}")
+@dataclass
+class LabelCounts:
+    """How often each label of a split was written, and the ``file:line`` where each first occurs."""
+    counts: Counter = field(default_factory=Counter)
+    first: dict[str, str] = field(default_factory=dict)
+
+    def add(self, label: str, where: str) -> None:
+        self.counts[label] += 1
+        self.first.setdefault(label, where)
+
+
+def check_label_sets(labels: dict[str, LabelCounts], what: str = "label") -> None:
+    """Every validation/test label must occur in training (fairseq would silently make it <unk>): the first
+    that does not is refused where it occurs, with the split's other unseen ones named."""
+    known = labels["train"].counts
+    for split, seen in labels.items():
+        unseen = [label for label in seen.first if label not in known]  # in the order they occur
+        if unseen:
+            first, rest = unseen[0], unseen[1:]
+            also = f" (nor do {', '.join(rest[:10])}{', ...' if len(rest) > 10 else ''})" if rest else ""
+            raise PrepError(f"{seen.first[first]}: the {what} {first!r} never occurs in train{also}")
 
 
 def write_split(out: Path, split: str, examples: Iterator[Example], counts: SplitCounts, *, lowercase: bool,
-                skip_invalid: bool) -> dict[str, int]:
-    """Write ``{split}.input0`` / ``{split}.label``; returns how often each label was written."""
-    label_counts: Counter = Counter()
+                skip_invalid: bool) -> LabelCounts:
+    """Write ``{split}.input0`` / ``{split}.label``; returns the labels written."""
+    label_counts = LabelCounts()
     with PairWriter(out / split, counts, sides=("input0", "label")) as writer:
         for where, text, labels in examples:
             counts.read += 1
@@ -116,8 +131,9 @@ def write_split(out: Path, split: str, examples: Iterator[Example], counts: Spli
             if not labels:
                 counts.edited["examples without any label"] += 1
             writer.write(text.lower() if lowercase else text, " ".join(labels))
-            label_counts.update(labels)
-    return dict(label_counts)
+            for label in labels:
+                label_counts.add(label, where)
+    return label_counts
 
 
 def binarize_classification(out: Path, splits: list[str], *, spm_model: Path | None, dictionary: Path | None,

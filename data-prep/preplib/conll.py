@@ -9,9 +9,14 @@ entities are scored on words, as conlleval does.
 """
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
+from sparse_softmax.metrics import entities
+
+from .classification import LabelCounts
 from .textio import InvalidExample, PairWriter, PrepError, SplitCounts, decode_line, require_file
 
 #: The label of a word's pieces after its first (the task's ``--ignore-label`` default).
@@ -19,10 +24,36 @@ IGNORE_LABEL = "X"
 WORD_START = "\u2581"  # sentencepiece's word-boundary mark: every word's first piece starts with it
 
 
+class Sentence(NamedTuple):
+    path: Path
+    line: int  # the line of its first word; the others follow, one a line
+    words: list[str]
+    tags: list[str]
+
+
+@dataclass
+class TagCounts(LabelCounts):
+    """A split's tags (how often, where each first occurs), its tokens, and its entities per type by conlleval's
+    chunk rules."""
+    tokens: int = 0
+    entities: Counter = field(default_factory=Counter)
+
+    def summary(self, split: str) -> str:
+        kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(self.entities.items())) or "none"
+        return f"{split}: {self.tokens:,} tokens; entities {sum(self.entities.values()):,} ({kinds})"
+
+
+def column_name(label_column: int) -> str:
+    """``--label-column`` as a user reads it."""
+    if label_column == -1:
+        return "the last column"
+    return f"column {label_column} ({'from the end' if label_column < 0 else '0-based'})"
+
+
 def read_conll(path: Path, label_column: int, counts: SplitCounts,
-               skip_invalid: bool = False) -> Iterator[tuple[str, list[str], list[str]]]:
-    """``(where, words, tags)`` per sentence; ``where`` is the file and line the sentence starts at. A
-    sentence with a line that is not UTF-8 is an error, or with ``skip_invalid`` read and skipped whole."""
+               skip_invalid: bool = False) -> Iterator[Sentence]:
+    """The sentences of a CoNLL file. A sentence with a line that is not UTF-8 is an error, or with
+    ``skip_invalid`` read and skipped whole."""
     require_file(path, "CoNLL tokens")
     words: list[str] = []
     tags: list[str] = []
@@ -44,12 +75,12 @@ def read_conll(path: Path, label_column: int, counts: SplitCounts,
                 counts.read += 1
                 counts.skipped[invalid.reason] += 1
             elif words:
-                yield f"{path}:{start}", words, tags
+                yield Sentence(path, start, words, tags)
             words, tags, start, invalid = [], [], 0, None
             continue
         if len(columns) < 2 or not -len(columns) <= label_column < len(columns) or label_column in (0, -len(columns)):
-            raise PrepError(f"{path}:{number}: expected 'word ... label' columns with the label in column "
-                            f"{label_column}, got {len(columns)} column(s)")
+            raise PrepError(f"{path}:{number}: expected 'word ... label' columns with the label in "
+                            f"{column_name(label_column)}, got {len(columns)} column(s)")
         if columns[label_column] == IGNORE_LABEL:
             raise PrepError(f"{path}:{number}: the tag {IGNORE_LABEL!r} is reserved for non-initial word pieces")
         start = start or number
@@ -57,16 +88,18 @@ def read_conll(path: Path, label_column: int, counts: SplitCounts,
         tags.append(columns[label_column])
 
 
-def write_split(out: Path, split: str, sentences, counts: SplitCounts) -> dict[str, int]:
-    """Write ``{split}.input0`` / ``{split}.word_label``; returns how often each tag was written."""
-    tag_counts: dict[str, int] = {}
+def write_split(out: Path, split: str, sentences: Iterator[Sentence], counts: SplitCounts) -> TagCounts:
+    """Write ``{split}.input0`` / ``{split}.word_label``; returns what the split holds."""
+    written = TagCounts()
     with PairWriter(out / split, counts, sides=("input0", "word_label")) as writer:
-        for _, words, tags in sentences:
+        for sentence in sentences:
             counts.read += 1
-            writer.write(" ".join(words), " ".join(tags))
-            for tag in tags:
-                tag_counts[tag] = tag_counts.get(tag, 0) + 1
-    return tag_counts
+            writer.write(" ".join(sentence.words), " ".join(sentence.tags))
+            for i, tag in enumerate(sentence.tags):
+                written.add(tag, f"{sentence.path}:{sentence.line + i}")
+            written.tokens += len(sentence.tags)
+            written.entities.update(kind for _, _, kind in entities(sentence.tags))
+    return written
 
 
 def piece_labels(out: Path, split: str) -> None:
