@@ -4,6 +4,7 @@ functions; ``Trainer`` end to end for a few steps with each loss family on tiny 
 callbacks; the ``generate()`` processors against the fairseq search on the same scores."""
 from __future__ import annotations
 
+import ast
 import json
 import math
 import os
@@ -205,7 +206,7 @@ def test_causal_lm_trains_with_sparse_softmax_and_its_warmup(tmp_path, caplog):
         assert float(re.search(r"scores ([0-9.]+) bits", told[0]).group(1)) == pytest.approx(bits, abs=0.01)
 
 
-def test_seq2seq_trains_with_as_softmax_annealing_and_logs_delta(tmp_path):
+def test_seq2seq_trains_with_as_softmax_annealing_and_logs_delta(tmp_path, capsys):
     config = transformers.BartConfig(vocab_size=VOCAB, d_model=32, encoder_layers=1, decoder_layers=1,
                                      encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
                                      decoder_ffn_dim=32, max_position_embeddings=32, pad_token_id=1, bos_token_id=0,
@@ -222,6 +223,12 @@ def test_seq2seq_trains_with_as_softmax_annealing_and_logs_delta(tmp_path):
     deltas = [r["as_delta"] for r in logs]  # the δ of each update: 1 − 0.8 · u / 5 for u < 5, then 0.2
     assert deltas == pytest.approx([1.0, 0.84, 0.68, 0.52, 0.36] + [0.2] * 5, abs=1e-4)
     assert all(0.0 <= r["masked_ratio"] <= 1.0 for r in logs) and _falls(logs)
+    # the printed training lines (disable_tqdm: the Trainer prints each record's dict) say them too
+    printed = [ast.literal_eval(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{'loss'")]
+    assert len(printed) == len(logs)  # numbers printed to 4 significant digits
+    for shown, kept in zip(printed, logs):
+        assert [float(shown[key]) for key in ("as_delta", "masked_ratio")] == pytest.approx(
+            [kept["as_delta"], kept["masked_ratio"]], rel=1e-3, abs=1e-4)
 
 
 def _bert(**config):

@@ -3,9 +3,9 @@
 - ``LossScheduleCallback(loss)``: gives the loss the update count and the run's length before each update (the
   warm-ups and δ annealing read them: a resumed run, whose ``global_step`` is restored, continues them) and adds
   ``as_delta`` and ``masked_ratio`` (the AS losses) or ``flat_slope`` (sparse_softmax: nats, positive while flat
-  logits beat the model's on its loss, where a run collapses; docs/criterions.md) to each training record of
-  ``trainer.state.log_history``. (The Trainer prints and reports a record before the callbacks it was given see
-  it, so these are in the history and ``trainer_state.json``, not in the printed line.)
+  logits beat the model's on its loss, where a run collapses; docs/criterions.md) to each training record: to
+  ``trainer.state.log_history`` (and ``trainer_state.json``) and to the printed line. (The reporting integrations,
+  ``report_to``, see a record before the callbacks the Trainer was given, so not these.)
 - ``ASSpeedCallback(loss)``: AS-Speed (Lv et al.): after each update the number of micro-batches to accumulate
   follows ``sparse_softmax.schedules.next_accumulation`` from the update's training rows and masked rows, summed
   over all processes first so every process accumulates alike.
@@ -41,14 +41,23 @@ class LossScheduleCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         new = self.new_counts()
-        if not state.log_history:
-            return
         rows, slope_rows = float(new.get("rows", 0)), float(new.get("slope_rows", 0))
+        values = {}
         if rows:
-            state.log_history[-1].update(as_delta=round(float(new["delta_x_rows"]) / rows, 4),
-                                         masked_ratio=round(float(new["masked"]) / rows, 4))
+            values.update(as_delta=round(float(new["delta_x_rows"]) / rows, 4),
+                          masked_ratio=round(float(new["masked"]) / rows, 4))
         if slope_rows:
-            state.log_history[-1]["flat_slope"] = round(float(new["slope_sum"]) / slope_rows, 4)
+            values["flat_slope"] = round(float(new["slope_sum"]) / slope_rows, 4)
+        _add_to_record(state, logs, values)
+
+
+def _add_to_record(state, logs: dict | None, values: dict) -> None:
+    """``values`` into the record being logged: into the history (and so ``trainer_state.json``) and into ``logs``,
+    which the progress printer, added after the callbacks given to the Trainer, prints next."""
+    if values and state.log_history:
+        state.log_history[-1].update(values)
+        if logs is not None:
+            logs.update(values)
 
 
 class ASSpeedCallback(TrainerCallback):
@@ -57,8 +66,8 @@ class ASSpeedCallback(TrainerCallback):
     The Trainer ends an update where the epoch's count of micro-batches reaches a multiple of
     ``args.gradient_accumulation_steps``, so a new count takes effect at the first update boundary that is a
     multiple of it (at most that many − 1 updates after the rule asks; at once at an epoch's start); every
-    update in between keeps the count it had, so the updates stay whole. The micro-batches each update took go to
-    the log history as ``accum_steps``.
+    update in between keeps the count it had, so the updates stay whole. The micro-batches each update took are
+    logged as ``accum_steps`` (in the history and the printed line).
     The Trainer's epoch still has the updates it planned at the start, and updates that find the epoch's data
     used up do nothing: with ``num_train_epochs`` the run takes fewer updates (AS-Speed's saving); with
     ``max_steps``, training ends after the epochs those steps planned. A resumed run starts again from
@@ -104,4 +113,4 @@ class ASSpeedCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.log_history and "loss" in state.log_history[-1]:
-            state.log_history[-1]["accum_steps"] = self.taken  # the micro-batches of the update just taken
+            _add_to_record(state, logs, {"accum_steps": self.taken})  # the micro-batches of the update just taken
