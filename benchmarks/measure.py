@@ -50,10 +50,10 @@ def transformer_size(layers: int, dim: int, heads: int, ffn: int | None = None) 
         f"--{side}-attention-heads", heads)]
 
 
-def mean_sd(values: list[float]) -> str:
-    """Mean ± sample standard deviation over seeds (± 0.00 for one run), as the experiment tables give them."""
+def mean_sd(values: list[float], digits: int = 2) -> str:
+    """Mean ± sample standard deviation over seeds (± 0 for one run), as the experiment tables give them."""
     sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.2f} ± {sd:.2f}"
+    return f"{statistics.mean(values):.{digits}f} ± {sd:.{digits}f}"
 
 
 def paired_difference(values: dict[int, float], baseline: dict[int, float]) -> str:
