@@ -53,7 +53,7 @@ class Benchmark:
     test_scores: tuple[str, ...]
     task_flags: list[str]
 
-    def method_flags(self, method: str, value: str | None, warmup: str | None) -> list[str]:
+    def method_flags(self, method: str, value: str | None, warmup: float | None) -> list[str]:
         """The method's criterion flags with its ``choices`` value, plus AS-Softmax's warm-up where the setting has
         one (it is a share of --max-update, which only the fine-tuning schedule sets)."""
         return (self.methods[method] + ([self.choices[method][0], value] if value else [])
@@ -94,6 +94,20 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace, s
         if getattr(args, option) is None:
             setattr(args, option, setting[option])
     args.as_warmup_ratio = setting.get("as_warmup_ratio")
+
+
+def prepared(args, prep: list, inputs: list[Path], hint: str) -> Path:
+    """The binarised data in OUT/work/data, made there once by ``data-prep/`` + ``prep`` (the script and its
+    options) from ``inputs`` (missing ones: an error with ``hint``), with ``args.train_sentences`` set from its
+    summary."""
+    data = args.out / "work" / "data"
+    if not (data / "data-bin" / "label" / "dict.txt").exists():
+        if missing := [str(path) for path in inputs if not path.exists()]:
+            print(f"{Path(sys.argv[0]).name}: error: {', '.join(missing)} not found: {hint}", file=sys.stderr)
+            sys.exit(2)
+        run([sys.executable, ROOT / "data-prep" / prep[0], data, *prep[1:], "--overwrite"])
+    args.train_sentences = json.loads((data / "prep_summary.json").read_text())["splits"]["train"]["written"]
+    return data / "data-bin"
 
 
 def run_folder(args, method: str, seed: int, value: str | None = None) -> Path:

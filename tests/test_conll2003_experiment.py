@@ -99,3 +99,11 @@ def test_real_conll2003_prep_matches_the_published_statistics(tmp_path):
         assert summary["tokens"][split] == tokens and summary["entities"][split] == entities
         assert summary["truncated"][split] == 0
     assert summary["num_classes"] == 9
+
+
+def test_missing_data_is_one_line_and_status_2(tmp_path):
+    proc = run_script("experiments/conll2003/conll2003.py", "--hf-model-dir", write_tiny_bert(tmp_path / "bert"),
+                      "--data", tmp_path / "none", "--out", tmp_path / "out", check=False)
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        f"conll2003.py: error: {tmp_path / 'none' / 'train.txt'}, {tmp_path / 'none' / 'dev.txt'}, "
+        f"{tmp_path / 'none' / 'test.txt'} not found: pass --data, the folder of train.txt, dev.txt, test.txt"]

@@ -38,7 +38,6 @@ can be added later. OUT gets ``results.md`` (table and command), ``runs.json`` (
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -46,8 +45,8 @@ from user_dir import hf_checkpoint
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2] / part) for part in ("benchmarks", "experiments")]
 from classification_runs import (AS_SPEED, FITTED, Benchmark, add_arguments, check_arguments,  # noqa: E402
-                                 run_methods, write_results)
-from measure import ROOT, run  # noqa: E402  (benchmarks/)
+                                 prepared, run_methods, write_results)
+from measure import ROOT  # noqa: E402  (benchmarks/)
 
 DEFAULT_JSON = ROOT.parent / "shared" / "data" / "clinc150" / "data_full.json"
 
@@ -91,16 +90,10 @@ SETTINGS = {  # from scratch: our small encoder, adam at 1e-3, constant rate
 
 
 def prepare(args) -> Path:
-    data = args.out / "work" / "data"
-    if not (data / "data-bin" / "label" / "dict.txt").exists():
-        if not args.clinc_json.exists():
-            sys.exit(f"{args.clinc_json} not found: pass --clinc-json path/to/data_full.json")
-        tokens = (["--hf-tokenizer", args.hf_model_dir] if args.hf_model_dir
-                  else ["--lowercase", "--spm-vocab-size", "4000"])
-        run([sys.executable, ROOT / "data-prep" / "prepare_classification.py", data, "--dataset", "clinc150",
-             "--input", args.clinc_json, *tokens, "--overwrite"])
-    args.train_sentences = json.loads((data / "prep_summary.json").read_text())["splits"]["train"]["written"]
-    return data / "data-bin"
+    tokens = (["--hf-tokenizer", args.hf_model_dir] if args.hf_model_dir
+              else ["--lowercase", "--spm-vocab-size", "4000"])
+    return prepared(args, ["prepare_classification.py", "--dataset", "clinc150", "--input", args.clinc_json, *tokens],
+                    [args.clinc_json], "pass --clinc-json path/to/data_full.json")
 
 
 def main(argv: list[str] | None = None) -> None:

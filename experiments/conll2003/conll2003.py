@@ -33,16 +33,15 @@ re-runs them, and the records are committed. OUT gets ``results.md`` (tables and
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from user_dir import hf_checkpoint
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2] / part) for part in ("benchmarks", "experiments")]
-from classification_runs import (AS_SPEED, Benchmark, add_arguments, check_arguments, run_methods,  # noqa: E402
-                                 write_results)
-from measure import ROOT, run  # noqa: E402  (benchmarks/)
+from classification_runs import (AS_SPEED, Benchmark, add_arguments, check_arguments, prepared,  # noqa: E402
+                                 run_methods, write_results)
+from measure import ROOT  # noqa: E402  (benchmarks/)
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "conll2003"
 FILES = {"train": "train.txt", "valid": "dev.txt", "test": "test.txt"}  # dev = eng.testa, test = eng.testb
@@ -71,17 +70,10 @@ SETTING = {"epochs": 3, "batch_size": 32, "lr": 5e-5, "validate_every": 200, "as
 
 
 def prepare(args) -> Path:
-    data = args.out / "work" / "data"
-    if not (data / "data-bin" / "label" / "dict.txt").exists():
-        files = [args.data / name for name in FILES.values()]
-        if missing := [str(f) for f in files if not f.is_file()]:
-            sys.exit(f"conll2003.py: error: {', '.join(missing)} not found: pass --data, the folder of "
-                     f"{', '.join(FILES.values())}")
-        run([sys.executable, ROOT / "data-prep" / "prepare_conll.py", data,
-             *(x for split, name in FILES.items() for x in (f"--{split}", args.data / name)),
-             "--hf-tokenizer", args.hf_model_dir, "--overwrite"])
-    args.train_sentences = json.loads((data / "prep_summary.json").read_text())["splits"]["train"]["written"]
-    return data / "data-bin"
+    files = {split: args.data / name for split, name in FILES.items()}
+    return prepared(args, ["prepare_conll.py", *(x for split, path in files.items() for x in (f"--{split}", path)),
+                           "--hf-tokenizer", args.hf_model_dir], list(files.values()),
+                    f"pass --data, the folder of {', '.join(FILES.values())}")
 
 
 def main(argv: list[str] | None = None) -> None:
