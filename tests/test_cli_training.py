@@ -51,6 +51,9 @@ def test_train_logs_the_core_loss(criterion, toy_data, tmp_path):
                  updates)
     logs = json_logs(out, "train_inner")
     assert len(logs) == updates, f"expected one log per update, got {len(logs)}"
+    losses = [float(r["loss"]) for r in logs]
+    nlls = [float(r["nll_loss"]) for r in logs]
+    assert all(math.isfinite(x) for x in losses + nlls)
     # fairseq-train validates when it stops; checkpoint_last.pt holds the weights it validated
     valid = json_logs(out, "valid")[-1]
     assert int(valid["valid_num_updates"]) == updates
@@ -62,8 +65,6 @@ def test_train_logs_the_core_loss(criterion, toy_data, tmp_path):
                                                            abs=1e-3)
     if criterion not in TRAINED:
         return
-    losses = [float(r["loss"]) for r in logs]
-    nlls = [float(r["nll_loss"]) for r in logs]
     assert np.mean(losses[-5:]) < np.mean(losses[:5]), f"loss did not decrease: {losses}"
     assert np.mean(nlls[-5:]) < np.mean(nlls[:5]), f"nll did not decrease: {nlls}"
     gen = run_cli("fairseq-generate", toy_data, "--user-dir", ROOT / "user_dir", "--path", tmp_path / "checkpoint_last.pt",
