@@ -29,14 +29,18 @@ def test_as_delta_annealing_from_another_start_and_without_a_schedule():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"warmup_ratio": 0.1, "anneal_ratio": 0.5}, "<warmup_ratio> and <anneal_ratio>: choose one"),
+    ({"warmup_ratio": 0.1, "anneal_ratio": 0.5},
+     "<warmup_ratio> and <anneal_ratio>: choose one (both start from a softmax-like delta)"),
     ({"anneal_from": 0.5}, "<anneal_from> is where <anneal_ratio> starts: set <anneal_ratio>"),
-    ({"anneal_ratio": 0.5, "anneal_from": 0.2}, "<anneal_from> 0.2 is below <delta> 0.3"),
+    ({"anneal_ratio": 0.5, "anneal_from": 0.2},
+     "<anneal_from> 0.2 is below <delta> 0.3: the annealing only lowers delta, from <anneal_from> down to <delta>"),
 ])
 def test_as_schedule_refusals_name_options_as_the_caller_spells_them(options, message):
+    """The whole message: it is what a user reads, in every front door's spelling of the options."""
     schedule = {"warmup_ratio": 0.0, "anneal_ratio": 0.0, "anneal_from": 1.0, **options}
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError) as refused:
         check_as_schedule(0.3, **schedule, name=lambda keyword: f"<{keyword}>")
+    assert str(refused.value) == message
 
 
 @pytest.mark.parametrize("options", [{}, {"warmup_ratio": 0.1}, {"anneal_ratio": 0.5},
@@ -57,6 +61,7 @@ def test_as_schedule_accepts_one_schedule(options):
         (4, 10, 9, 1.0, 4, 4),  # capped
         (1, 100, 0, 2.0, 4, 2),  # lambda scales the wanted steps
         (2, 50, 50, 1.0, 8, 3),  # every row masked: one more
+        (2, 1, 1, 1.0, 8, 3),  # ... also when the update had a single row
         (2, 0, 0, 1.0, 8, 2),  # nothing counted: unchanged
     ],
 )
