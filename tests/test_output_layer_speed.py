@@ -8,13 +8,14 @@ import re
 import pytest
 import torch
 
-from conftest import run_script
+from conftest import run_script, skip_in_fast_tier
 
 pytest.importorskip("triton", reason="Triton is not installed")
 import output_layer_speed  # noqa: E402
 
 
 def test_the_gpu_table_builds_and_runs_every_variant():
+    skip_in_fast_tier("every variant of the GPU benchmark")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     steps = output_layer_speed.variants(24, 8, 60, device, torch.float32, impl="triton")
     names = list(steps)
