@@ -278,3 +278,288 @@ def test_trainer_loss_counts_as_softmax_rows_and_delta():
     assert int(loss_fn.totals["rows"]) == 10
     assert int(loss_fn.totals["masked"]) == int((kept.sum(dim=1) == 1).sum()) >= 1
     assert float(loss_fn.totals["delta_x_rows"]) == pytest.approx(p_delta * 10)
+
+
+# ---------------------------------------------------------------------- the rest of a criterion's contract
+
+def test_the_logged_sizes_and_the_sentence_average():
+    """ntokens and nsentences reach the log as fairseq's trainer reads them; --sentence-avg divides by sentences."""
+    d = dictionary()
+    logits, target, sample = batch(d)
+    _, _, log = build("softmax", d)(model_at(logits), sample)
+    assert (log["ntokens"], log["nsentences"]) == (10, 2)
+    loss, sample_size, log = CRITERION_REGISTRY["softmax"].build_criterion(
+        CRITERION_DATACLASS_REGISTRY["softmax"](sentence_avg=True), _Task(d))(model_at(logits), sample)
+    assert sample_size == log["sample_size"] == 2 and int(log["n_rows"]) == 10
+
+
+def test_ignore_prefix_size_drops_the_first_target_tokens():
+    d = dictionary()
+    logits, target, sample = batch(d)
+    z, t = counted(logits[:, 1:], target[:, 1:], d)
+    loss, _, log = build("sparse_softmax", d, ignore_prefix_size=1, **OPTIONS["sparse_softmax"])(model_at(logits),
+                                                                                                  sample)
+    assert int(log["n_rows"]) == len(t) == 8
+    torch.testing.assert_close(loss, core_loss("sparse_softmax", z, t, OPTIONS["sparse_softmax"]), rtol=1e-12,
+                               atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_unreduced_losses_are_the_rows_of_the_summed_one(name):
+    """``reduce=False`` (fairseq's per-token scoring): one loss per row, padding 0, summing to the reduced loss."""
+    d = dictionary()
+    logits, target, sample = batch(d)
+    criterion = build(name, d, **OPTIONS[name])
+    rows = criterion(model_at(logits), sample, reduce=False)[0]
+    assert rows.shape == (12,) and (rows[target.reshape(-1) == d.pad()] == 0).all()
+    torch.testing.assert_close(rows.sum(), criterion(model_at(logits), sample)[0], rtol=1e-12, atol=1e-12)
+
+
+def test_reduce_metrics_weights_each_batch_by_its_size():
+    """Across batches the logged loss is per target token (per sample_size), nll_loss per counted row, ppl 2^nll,
+    the criterion's ratios count-weighted; each rounded as fairseq prints it. A one-token batch weighs 1."""
+    from fairseq import metrics
+
+    d = dictionary()
+    logits, target, sample = batch(d)
+    one = target.clone()
+    one.view(-1)[1:] = d.pad()
+    criterion = build("sparse_softmax", d, **OPTIONS["sparse_softmax"])
+    logs = [criterion(model_at(logits), {**sample, "target": t, "ntokens": int((t != d.pad()).sum())})[2]
+            for t in (target, one)]
+    rows = [counted(logits, t, d) for t in (target, one)]
+    with metrics.aggregate() as agg:
+        for log in logs:
+            type(criterion).reduce_metrics([log])
+    smoothed = agg.get_smoothed_values()
+    loss = sum(float(L.sparse_softmax_loss(z, t, 4, label_smoothing=0.1)) for z, t in rows)
+    nll = sum(float(torch.nn.functional.cross_entropy(z, t, reduction="sum")) for z, t in rows)
+    slope = sum(float((z.topk(4, dim=1).values.mean(dim=1) - z.gather(1, t[:, None]).squeeze(1)).sum())
+                for z, t in rows)
+    assert smoothed["loss"] == round(loss / 11 / math.log(2), 3)
+    assert smoothed["nll_loss"] == round(nll / 11 / math.log(2), 3)
+    assert smoothed["ppl"] == pytest.approx(2 ** (nll / 11 / math.log(2)), rel=1e-9)
+    assert smoothed["flat_slope"] == round(slope / 11, 4) and smoothed["sparse_warmup"] == 0
+
+
+def test_sparse_softmax_warns_once_when_its_warmup_hands_over_a_model_flat_logits_beat(caplog):
+    """The handover warning is the core's ``handover_warning`` for the batch, said at the first training update
+    after the warm-up only: not in it, not in validation, not twice, not without a warm-up."""
+    from sparse_softmax.diagnostics import handover_warning
+
+    d = dictionary()
+    logits, target, sample = batch(d)
+    z, t = counted(logits, target, d)
+    message = handover_warning(z, t, 4, 5)
+    assert message is not None  # random logits: flat ones beat them
+    options = {**OPTIONS["sparse_softmax"], "sparse_warmup_ratio": 0.5, "max_update": 10}
+    criterion = build("sparse_softmax", d, **options)
+    no_warmup = build("sparse_softmax", d, **OPTIONS["sparse_softmax"], max_update=10)
+    for run, update, training in [(criterion, 4, True), (criterion, 5, False), (no_warmup, 0, True),
+                                  (criterion, 5, True), (criterion, 5, True)]:
+        model = model_at(logits, update).train(training)
+        run(model, sample)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "user_dir.criterions.sparse_softmax"]
+    assert warnings == [message]
+
+
+@pytest.mark.parametrize("name, options, same", [
+    ("sparse_softmax", {"sparse_topk": V}, f"--sparse-topk {V} >= {V} classes: sparse_softmax keeps every class, "
+                                            "so it trains plain softmax cross-entropy"),
+    ("sparse_softmax", {"sparse_topk": V - 1}, None),
+    ("as_softmax", {"as_delta": 1.0}, "--as-delta 1: AS-Softmax keeps every class, so it trains plain softmax "
+                                      "cross-entropy"),
+    ("as_softmax", {"as_delta": 0.3}, None),
+    ("temperature_softmax", {"softmax_temperature": 1.0},
+     "--softmax-temperature 1: temperature_softmax trains plain softmax cross-entropy"),
+    ("temperature_softmax", {"softmax_temperature": 2.0}, None),
+    ("soft_margin_softmax", {"softmax_margin": 0.0}, "--softmax-margin 0: soft_margin_softmax trains plain softmax "
+                                                     "cross-entropy"),
+    ("soft_margin_softmax", {"softmax_margin": 0.1}, None),
+    ("sm_taylor_softmax", {"softmax_margin": 0.0}, "--softmax-margin 0: sm_taylor_softmax trains taylor_softmax "
+                                                   "(exact gradient)"),
+    ("sm_taylor_softmax", {"softmax_margin": 0.1}, None),
+])
+def test_options_that_make_another_method_are_said_at_start(name, options, same, caplog):
+    with caplog.at_level("WARNING", logger="user_dir.criterions.base"):
+        build(name, dictionary(), **options)
+    assert [r.getMessage() for r in caplog.records if r.name == "user_dir.criterions.base"] == ([same] if same else [])
+
+
+@pytest.mark.parametrize("name, options, message", [
+    ("sparse_softmax", {"sparse_warmup_ratio": 0.1}, "--sparse-warmup-ratio is a fraction of --max-update: set "
+                                                     "--max-update"),
+    ("as_softmax", {"as_warmup_ratio": 0.1}, "--as-warmup-ratio is a fraction of --max-update: set --max-update"),
+    ("as_softmax", {"as_anneal_ratio": 0.1}, "--as-anneal-ratio is a fraction of --max-update: set --max-update"),
+    ("as_softmax", {"as_warmup_ratio": 0.1, "as_anneal_ratio": 0.5, "max_update": 10},
+     "--as-warmup-ratio and --as-anneal-ratio: choose one (both start from a softmax-like delta)"),
+    ("as_softmax", {"as_anneal_from": 0.5}, "--as-anneal-from is where --as-anneal-ratio starts: set --as-anneal-ratio"),
+])
+def test_schedule_mistakes_are_refused_naming_the_flags(name, options, message):
+    from user_dir.options import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        build(name, dictionary(), **options)
+    assert str(refused.value) == message
+
+
+class _ClassificationTask(_Task):
+    """Stands in for --task text_classification: it supplies the rows (``loss_batch``) and says whether its
+    labels are multi-hot."""
+
+    def __init__(self, dictionary, multi_label: bool, rows=None):
+        super().__init__(dictionary)
+        self.cfg = type("Config", (), {"_name": "text_classification", "multi_label": multi_label})()
+        self.rows = rows
+
+    def loss_batch(self, model, sample):
+        from user_dir.criterions.base import LossBatch
+
+        assert sample is self.sample and model is self.model  # the criterion asks with the batch it was given
+        logits, labels = self.rows
+        return LossBatch(logits, labels, None, labels.new_tensor(len(labels)), len(labels))
+
+
+@pytest.mark.parametrize("name, task_multi_label, message", [
+    ("softmax", True, "SoftmaxCriterion is a single-label loss but the task is multi-label: use --criterion "
+                      "multilabel_softmax or as_multilabel"),
+    ("multilabel_softmax", False, "MultilabelSoftmaxCriterion is a multi-label loss but the task is single-label: "
+                                  "use a single-label criterion (cross-entropy, sparse_softmax, as_softmax, ...)"),
+])
+def test_a_criterion_for_the_other_kind_of_labels_is_refused(name, task_multi_label, message):
+    from user_dir.options import UsageError
+
+    config = CRITERION_DATACLASS_REGISTRY[name]
+    with pytest.raises(UsageError) as refused:
+        CRITERION_REGISTRY[name].build_criterion(config(sentence_avg=False), _ClassificationTask(dictionary(),
+                                                                                                 task_multi_label))
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("name, options", [("multilabel_softmax", {}), ("as_multilabel", {"as_delta": 0.3})])
+def test_multi_label_criteria_are_their_core_loss_on_the_tasks_rows(name, options):
+    """The rows come from the task (``loss_batch``); the loss and AS's masked rows are the core's on multi-hot
+    labels, and no softmax nll is logged (a label set has no single target)."""
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(6, V, generator=g, dtype=torch.float64) * 3
+    labels = (torch.rand(6, V, generator=g) < 0.3).long()
+    labels[0] = 0
+    labels[0, 2] = 1
+    logits[0, 2] = 30.0  # far ahead: AS keeps none of the other classes
+    task = _ClassificationTask(dictionary(), True, (logits, labels))
+    config = CRITERION_DATACLASS_REGISTRY[name]
+    schedule = {"max_update": 0} if "max_update" in config.__dataclass_fields__ else {}
+    criterion = CRITERION_REGISTRY[name].build_criterion(config(sentence_avg=False, **schedule, **options), task)
+    task.sample, task.model = {"ntokens": 6, "nsentences": 6, "target": labels}, model_at(logits)
+    loss, sample_size, log = criterion(task.model, task.sample)
+    assert sample_size == 6 and "nll_loss" not in log
+    if name == "multilabel_softmax":
+        want = L.multilabel_categorical_crossentropy(logits, labels, "sum")
+    else:
+        want, masked = L.as_multilabel_loss(logits, labels, 0.3, "sum", return_masked=True)
+        assert int(log["n_masked"]) == int(masked) >= 1
+        assert float(log["delta_x_rows"]) == pytest.approx(0.3 * 6)
+    torch.testing.assert_close(loss, want, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------- --fused-output-layer
+
+H = 5  # the stand-in decoder's feature size
+
+
+class _FeaturesModel(torch.nn.Module):
+    """Stands in for a seq2seq model whose decoder computes its logits as a plain linear ``output_projection`` of
+    its features (as a plugin decoder promises with ``logits_are_output_projection``); like fairseq's models it
+    returns the features when called with ``features_only``, and it checks that it is given the sample's input."""
+
+    def __init__(self, features, projection, source, update: int = 0):
+        super().__init__()
+        self.features, self.source, self.num_updates = features, source, update
+        self.decoder = torch.nn.Module()
+        self.decoder.output_projection = projection
+        self.decoder.logits_are_output_projection = True
+
+    def forward(self, src_tokens, features_only: bool = False):
+        assert src_tokens is self.source
+        return (self.features if features_only else self.decoder.output_projection(self.features),)
+
+    def get_targets(self, sample, net_output):
+        return sample["target"]
+
+
+@pytest.mark.parametrize("name, options, update", [
+    ("softmax", OPTIONS["softmax"], 0),
+    ("sparse_softmax", OPTIONS["sparse_softmax"], 0),
+    ("sparse_softmax", {**OPTIONS["sparse_softmax"], "sparse_warmup_ratio": 0.5, "max_update": 10}, 4),
+    ("as_softmax", OPTIONS["as_softmax"], 0),
+    ("as_softmax", {**OPTIONS["as_softmax"], "as_warmup_ratio": 0.5, "max_update": 10}, 4),
+])
+def test_the_fused_output_layer_is_the_core_loss_of_the_projected_features(name, options, update):
+    """With --fused-output-layer the criterion scores the decoder's features through its output projection: the
+    loss, its gradient (features, weight, bias), the nll and every logged count are those of the core loss on
+    the logits the projection makes (in a warm-up: the softmax)."""
+    d = dictionary()
+    _, target, sample = batch(d)
+    g = torch.Generator().manual_seed(3)
+    features = (torch.randn(2, 6, H, generator=g, dtype=torch.float64) * 2).requires_grad_(True)
+    projection = torch.nn.Linear(H, V, dtype=torch.float64)
+    with torch.no_grad():
+        projection.weight.copy_(torch.randn(V, H, generator=g, dtype=torch.float64))
+        projection.bias.copy_(torch.randn(V, generator=g, dtype=torch.float64))
+    source = torch.zeros(2, 3, dtype=torch.long)
+    sample = {**sample, "net_input": {"src_tokens": source}}
+    loss, sample_size, log = build(name, d, fused_output_layer=True, **options)(
+        _FeaturesModel(features, projection, source, update), sample)
+    loss.backward()
+    fused_grads = [features.grad, projection.weight.grad, projection.bias.grad]
+    features.grad = projection.weight.grad = projection.bias.grad = None
+
+    z, t = counted(projection(features), target, d)
+    warm = "sparse_warmup_ratio" in options or "as_warmup_ratio" in options
+    want = L.softmax_loss(z, t, label_smoothing=options.get("label_smoothing", 0.0)) if warm else \
+        core_loss(name, z, t, options)
+    want.backward()
+    torch.testing.assert_close(loss, want, rtol=1e-10, atol=1e-12)
+    for fused, plain in zip(fused_grads, [features.grad, projection.weight.grad, projection.bias.grad]):
+        torch.testing.assert_close(fused, plain, rtol=1e-10, atol=1e-12)
+    assert sample_size == 10
+    torch.testing.assert_close(log["nll_loss"], torch.nn.functional.cross_entropy(z, t, reduction="sum"),
+                               rtol=1e-10, atol=1e-12)
+    _, _, unfused = build(name, d, **options)(model_at(projection(features).detach(), update), sample)
+    assert log.keys() == unfused.keys()
+    for key in log.keys() - {"loss", "nll_loss"}:
+        assert float(log[key]) == pytest.approx(float(unfused[key]), rel=1e-10), key
+
+
+def test_the_fused_output_layer_refuses_what_it_cannot_score():
+    """A decoder that does not promise plain linear logits, and a classification task, are refused in one line."""
+    from user_dir.options import UsageError
+
+    d = dictionary()
+    _, _, sample = batch(d)
+    model = _FeaturesModel(torch.zeros(2, 6, H), torch.nn.Linear(H, V), None)
+    del model.decoder.logits_are_output_projection
+    with pytest.raises(UsageError) as refused:
+        build("softmax", d, fused_output_layer=True)(model, {**sample, "net_input": {"src_tokens": None}})
+    assert str(refused.value) == ("--fused-output-layer needs a decoder whose logits are its plain linear "
+                                  "output_projection; Module is not a fairseq transformer decoder")
+    config = CRITERION_DATACLASS_REGISTRY["softmax"]
+    with pytest.raises(UsageError) as refused:
+        CRITERION_REGISTRY["softmax"].build_criterion(config(sentence_avg=False, fused_output_layer=True),
+                                                      _ClassificationTask(d, False))
+    assert str(refused.value) == ("--fused-output-layer scores a seq2seq decoder's features against its output "
+                                  "projection; --task text_classification scores classification heads over a few "
+                                  "classes instead")
+
+
+def test_an_adaptive_softmax_decoder_is_refused():
+    from user_dir.options import UsageError
+
+    d = dictionary()
+    logits, _, sample = batch(d)
+    model = model_at(logits)
+    model.decoder.adaptive_softmax = torch.nn.Module()
+    with pytest.raises(UsageError) as refused:
+        build("sparse_softmax", d, **OPTIONS["sparse_softmax"])(model, sample)
+    assert str(refused.value) == ("criterion SparseSoftmaxCriterion needs full logits; --adaptive-softmax-cutoff is "
+                                  "not supported")
