@@ -82,7 +82,8 @@ def batch_of(family: str, seed: int = 1) -> tuple[dict, torch.Tensor]:
 
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "gpt2", "bert", "t5", "bert2bert", "bart", "marian"]
-LOSSES = [("softmax", {"label_smoothing": 0.1}), ("sparse_softmax", {"k": 5}), ("as_softmax", {"delta": 0.05})]
+#: sparse_softmax's k is above the models' hidden size (16) and below their vocabulary (97): k is bounded by the latter
+LOSSES = [("softmax", {"label_smoothing": 0.1}), ("sparse_softmax", {"k": 20}), ("as_softmax", {"delta": 0.05})]
 
 
 @pytest.mark.parametrize("name, options", LOSSES, ids=[name for name, _ in LOSSES])
@@ -133,29 +134,55 @@ def test_evaluation_generation_and_the_weights_are_untouched():
     assert model.state_dict().keys() == plain.state_dict().keys()
 
 
+def _encoder_decoder(decoder):
+    """An EncoderDecoderModel of a tiny BERT encoder and ``decoder`` (a config)."""
+    encoder = transformers.BertConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                      intermediate_size=32)
+    config = transformers.EncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder)
+    return transformers.EncoderDecoderModel(config=config)
+
+
+def _llama_with_head(head):
+    model = model_of("llama")
+    model.lm_head = head
+    return model
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda: transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**SMALL, head_dim=8)),
-     "gemma2 applies a final logit soft-cap to the logits after its output layer"),
+     "gemma2 applies a final logit soft-cap to the logits after its output layer, which the fused output layer does "
+     "not: use TrainerLoss"),
     (lambda: transformers.BertForMaskedLM(transformers.BertConfig(
         vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)),
-     "this BERT is not a decoder"),
+     "this BERT is not a decoder (is_decoder=False): a masked LM, which the fused loss does not train; use "
+     "TrainerLoss"),
     (lambda: transformers.BloomForCausalLM(transformers.BloomConfig(vocab_size=VOCAB, hidden_size=16, n_layer=1,
                                                                     n_head=2)),
      "the fused output layer supports bart, bert, encoder-decoder, gpt2, llama, marian, mbart, mistral, pegasus, "
-     "qwen2, qwen3, t5, not 'bloom'"),
+     "qwen2, qwen3, t5, not 'bloom': use TrainerLoss"),
+    (lambda: _encoder_decoder(transformers.RobertaConfig(
+        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        is_decoder=True, add_cross_attention=True)),
+     "the fused output layer supports an encoder-decoder whose decoder is one of bert, gpt2, llama, mistral, qwen2, "
+     "qwen3, not 'roberta': use TrainerLoss"),
+    (lambda: _llama_with_head(torch.nn.Sequential(torch.nn.Linear(16, VOCAB))),
+     "llama's output layer is a Sequential, not an nn.Linear"),
 ])
 def test_what_the_fused_layer_cannot_compute_exactly_is_refused(make, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError) as refused:
         FusedTrainerLoss(make(), "softmax")
+    assert str(refused.value) == message
 
 
 @pytest.mark.parametrize("name, options, message", [
-    ("entmax15", {}, "computes softmax, sparse_softmax, as_softmax, not 'entmax15'"),
-    ("softmax", {"causal_lm": False}, "takes causal_lm from the model's config"),
+    ("entmax15", {}, "the fused output layer computes softmax, sparse_softmax, as_softmax, not 'entmax15': use "
+                     "TrainerLoss, which scores the logits"),
+    ("softmax", {"causal_lm": False}, "FusedTrainerLoss takes causal_lm from the model's config"),
 ])
 def test_losses_it_does_not_compute_are_refused(name, options, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError) as refused:
         FusedTrainerLoss(model_of("llama"), name, **options)
+    assert str(refused.value) == message
 
 
 @pytest.mark.parametrize("name, options", [("sparse_softmax", {"k": 4, "warmup_ratio": 0.5}),
