@@ -98,6 +98,15 @@ def test_sparse_softmax_warns_once_when_its_warmup_hands_over_a_model_flat_logit
     assert len(told) == 1 and "at update 5 " in told[0]
 
 
+def test_tuple_outputs_and_a_batch_of_one_row():
+    """A model called with ``return_dict=False`` returns a tuple whose first element is the logits (it was given no
+    labels); a batch with a single counted row has that row's loss, whatever padding surrounds it."""
+    logits = torch.randn(1, 3, 7, dtype=torch.float64)
+    labels = torch.tensor([[-100, 4, -100]])
+    got = TrainerLoss("softmax")((logits, torch.zeros(1, 3, 5)), labels)
+    assert got == pytest.approx(float(torch.nn.functional.cross_entropy(logits[0, 1:2], labels[0, 1:2])), rel=1e-12)
+
+
 def test_multi_label_items_are_rows():
     logits = torch.randn(4, 6, dtype=torch.float64)
     labels = (torch.rand(4, 6) < 0.4).float()
@@ -108,17 +117,28 @@ def test_multi_label_items_are_rows():
 
 
 @pytest.mark.parametrize("name, options, message", [
-    ("nope", {}, "unknown loss 'nope'"),
+    ("nope", {}, "unknown loss 'nope'; one of: softmax, sparse_softmax, as_softmax, temperature_softmax, "
+                 "soft_margin_softmax, am_softmax, taylor_softmax, sm_taylor_softmax, sparsemax, entmax15, "
+                 "multilabel_softmax, as_multilabel"),
     ("sparse_softmax", {"delta": 0.3}, "sparse_softmax takes ['impl', 'k', 'label_smoothing', 'tiles'], not ['delta']"),
-    ("softmax", {"warmup_ratio": 0.1}, "softmax has no warm-up"),
-    ("sparse_softmax", {"anneal_ratio": 0.5}, "sparse_softmax has no δ to anneal"),
-    ("as_softmax", {"anneal_from": 0.5}, "anneal_from is where anneal_ratio starts"),
-    ("as_softmax", {"anneal_ratio": 0.5, "anneal_from": 0.2}, "anneal_from 0.2 is below delta 0.3"),
-    ("as_softmax", {"anneal_ratio": 0.5, "warmup_ratio": 0.1}, "warmup_ratio and anneal_ratio: choose one"),
+    ("am_softmax", {"k": 3}, "am_softmax takes ['margin', 'scale'], not ['k']"),
+    ("as_multilabel", {"k": 3}, "as_multilabel takes ['delta'], not ['k']"),
+    ("sparsemax", {"k": 3}, "sparsemax takes no options, not ['k']"),
+    ("softmax", {"warmup_ratio": 0.1}, "softmax has no warm-up (warmup_ratio): as_multilabel, as_softmax, "
+                                       "sparse_softmax have"),
+    ("sparse_softmax", {"anneal_ratio": 0.5}, "sparse_softmax has no δ to anneal (anneal_ratio): as_multilabel, "
+                                              "as_softmax have"),
+    ("as_softmax", {"anneal_from": 0.5}, "anneal_from is where anneal_ratio starts: set anneal_ratio"),
+    ("as_softmax", {"anneal_ratio": 0.5, "anneal_from": 0.2},
+     "anneal_from 0.2 is below delta 0.3: the annealing only lowers delta, from anneal_from down to delta"),
+    ("as_softmax", {"anneal_ratio": 0.5, "warmup_ratio": 0.1},
+     "warmup_ratio and anneal_ratio: choose one (both start from a softmax-like delta)"),
 ])
 def test_bad_loss_options(name, options, message):
-    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    """The whole message: the options a loss takes, the losses that have a schedule, named as the user spells them."""
+    with pytest.raises(ValueError) as refused:
         TrainerLoss(name, **options)
+    assert str(refused.value) == message
 
 
 def test_a_schedule_without_its_callback_is_refused():
@@ -296,9 +316,16 @@ def test_as_speed_accumulates_whole_updates_by_the_rule(tmp_path):
     assert len(updates) < 4 * 12, "AS-Speed took fewer updates than the 12 per epoch of one micro-batch each"
 
 
-def test_as_speed_needs_an_as_loss():
-    with pytest.raises(ValueError, match="the loss must be one of"):
+def test_as_speed_needs_an_as_loss_and_a_positive_rule():
+    with pytest.raises(ValueError) as refused:
         ASSpeedCallback(TrainerLoss("softmax"))
+    assert str(refused.value) == ("AS-Speed counts the samples AS masks: the loss must be one of ['as_multilabel', "
+                                  "'as_softmax'], not softmax")
+    for options, given in [({"lam": 0.0}, "0.0 and 8"), ({"max_steps": 0}, "1.0 and 0")]:
+        with pytest.raises(ValueError) as refused:
+            ASSpeedCallback(TrainerLoss("as_softmax"), **options)
+        assert str(refused.value) == f"lam must be > 0 and max_steps >= 1, got {given}"
+    ASSpeedCallback(TrainerLoss("as_softmax"), lam=0.5, max_steps=1)  # the smallest rule there is
 
 
 # ---------------------------------------------------------------- generate() against the fairseq search
