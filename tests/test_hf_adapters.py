@@ -141,6 +141,39 @@ def test_bad_loss_options(name, options, message):
     assert str(refused.value) == message
 
 
+def test_the_logged_ratios_are_those_of_the_batches_since_the_last_log():
+    """LossScheduleCallback adds to the record being logged (history and printed line) AS's δ and masked share and
+    sparse_softmax's flat slope over the rows trained since the previous log, as the core counts them."""
+    from types import SimpleNamespace
+
+    from sparse_softmax.diagnostics import flat_slope
+
+    logits = torch.randn(2, 5, 9, dtype=torch.float64) * 3
+    labels = torch.randint(0, 9, (2, 5))
+    labels[1, 3:] = -100
+    logits[0, 0, labels[0, 0]] += 20  # a row AS masks
+    z, t = logits.reshape(-1, 9)[labels.reshape(-1) != -100], labels[labels != -100]
+    for name, options in [("as_softmax", {"delta": 0.3}), ("sparse_softmax", {"k": 3})]:
+        loss = TrainerLoss(name, **options)
+        callback = LossScheduleCallback(loss)
+        state = SimpleNamespace(log_history=[], global_step=0, max_steps=10)
+        for _ in range(2):  # two batches, then a log; then a log with no batch since
+            loss({"logits": logits}, labels)
+        for logged in range(2):
+            state.log_history.append({"loss": 1.0})
+            logs = {"loss": 1.0}
+            callback.on_log(None, state, None, logs=logs)
+            if logged:
+                want = {"loss": 1.0}
+            elif name == "as_softmax":
+                masked = int((losses.as_softmax(z, t, 0.3).n_masked))
+                assert masked >= 1
+                want = {"loss": 1.0, "as_delta": 0.3, "masked_ratio": round(masked / len(t), 4)}
+            else:
+                want = {"loss": 1.0, "flat_slope": round(float(flat_slope(z, t, 3).mean()), 4)}
+            assert logs == state.log_history[-1] == want, (name, logged)
+
+
 def test_a_schedule_without_its_callback_is_refused():
     loss = TrainerLoss("sparse_softmax", warmup_ratio=0.5)
     with pytest.raises(RuntimeError, match="LossScheduleCallback"):
