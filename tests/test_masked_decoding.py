@@ -6,6 +6,7 @@ hypothesis and score below is worked out by hand from those numbers in the comme
 from __future__ import annotations
 
 import itertools
+import re
 import math
 import zlib
 from argparse import Namespace
@@ -377,29 +378,57 @@ def test_empty_source_with_min_len():
     assert hyps[0][1] == pytest.approx([math.log(0.7 / 0.1), 0.0], abs=1e-6)
 
 
-@pytest.mark.parametrize("generation, flag", [
+@pytest.mark.parametrize("generation, flags", [
     ({"sampling": True}, "--sampling"),
-    ({"diverse_beam_groups": 2}, "--diverse-beam-groups"),
-    ({"diversity_rate": 0.5}, "--diversity-rate"),
+    ({"diverse_beam_groups": 1}, "--diverse-beam-groups"),
+    ({"diversity_rate": 0.0}, "--diversity-rate"),
     ({"match_source_len": True}, "--match-source-len"),
     ({"constraints": "ordered"}, "--constraints"),
     ({"score_reference": True}, "--score-reference"),
+    ({"prefix_allowed_tokens_fn": len}, "prefix_allowed_tokens_fn"),
+    ({"sampling": True, "score_reference": True}, "--sampling, --score-reference"),
 ])
-def test_other_search_strategies_are_refused(generation, flag):
+def test_other_search_strategies_are_refused(generation, flags):
+    """Every search option fairseq-generate would honour instead of the mask, at its smallest value, is named."""
     model = scripted_model.model(D, _ranking_script)
-    with pytest.raises(ValueError, match=flag):
+    with pytest.raises(ValueError) as refused:
         _task(decoding_topk=5).build_generator([model], Namespace(beam=2, **generation))
+    assert str(refused.value) == (f"--decoding-topk / --source-vocab-mask work with plain beam search, not with "
+                                  f"{flags}. For top-k sampling use --sampling --sampling-topk K instead of "
+                                  "--decoding-topk.")
     _task().build_generator([model], Namespace(beam=2, **generation))  # without masking: fairseq's own
+
+
+def test_the_default_search_options_are_plain_beam_search():
+    model = scripted_model.model(D, _ranking_script)
+    _task(decoding_topk=5).build_generator([model], Namespace(beam=2, diverse_beam_groups=-1, diversity_rate=-1.0,
+                                                              sampling=False, match_source_len=False))
 
 
 @pytest.mark.parametrize("options, message", [
     ({"decoding_topk": -1}, "--decoding-topk"),
     ({"decoding_mask_fill": 0.0}, "--decoding-mask-fill"),
-    ({"source_vocab_allow": "a zz"}, "--source-vocab-allow.*zz"),
+    ({"source_vocab_allow": "a yy zz"}, f"--source-vocab-allow: not in the target dictionary: yy zz (the dictionary "
+                                        f"has {len(D)} symbols)"),
 ])
 def test_bad_options(options, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         _task(**options)
+
+
+@pytest.mark.parametrize("options, said", [
+    ({"decoding_topk": len(D)}, f"--decoding-topk {len(D)} >= {len(D)} target symbols: no token is masked by it, "
+                                "so decoding is plain beam search"),
+    ({"decoding_topk": len(D), "source_vocab_mask": True},
+     f"--decoding-topk {len(D)} >= {len(D)} target symbols: no token is masked by it, so decoding is "
+     "--source-vocab-mask alone"),
+    ({"decoding_topk": len(D) - 1}, None),
+])
+def test_a_topk_that_masks_nothing_is_said_at_start(options, said, caplog):
+    with caplog.at_level("WARNING", logger="user_dir.tasks.sparse_seq2seq"):
+        _task(**options)
+    assert [r.getMessage() for r in caplog.records if r.name == "user_dir.tasks.sparse_seq2seq"] == (
+        [said] if said else [])
 
 
 def test_a_generator_without_the_batch_mask_is_refused():
