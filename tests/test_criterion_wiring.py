@@ -563,3 +563,44 @@ def test_an_adaptive_softmax_decoder_is_refused():
         build("sparse_softmax", d, **OPTIONS["sparse_softmax"])(model, sample)
     assert str(refused.value) == ("criterion SparseSoftmaxCriterion needs full logits; --adaptive-softmax-cutoff is "
                                   "not supported")
+
+
+@pytest.mark.parametrize("name, options, message", [
+    ("am_softmax", {"softmax_margin": -0.1}, "--softmax-margin must be >= 0, got -0.1"),
+    ("sm_taylor_softmax", {"softmax_margin": -0.1}, "--softmax-margin must be >= 0, got -0.1"),
+    ("taylor_softmax", {"taylor_order": 3}, "--taylor-order must be an even integer >= 2 (odd orders make the Taylor "
+                                            "expansion negative), got 3"),
+    ("sm_taylor_softmax", {"taylor_order": 0}, "--taylor-order must be an even integer >= 2 (odd orders make the "
+                                               "Taylor expansion negative), got 0"),
+])
+def test_the_margin_and_order_fields_refuse_what_the_losses_do_not_define(name, options, message):
+    from user_dir.options import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        build(name, dictionary(), **options)
+    assert str(refused.value) == message
+
+
+def test_am_softmax_without_cosine_logits_is_refused():
+    from user_dir.options import UsageError
+
+    d = dictionary()
+    logits, _, sample = batch(d)
+    model = model_at(logits)
+    del model.decoder.cosine_scale
+    with pytest.raises(UsageError) as refused:
+        build("am_softmax", d)(model, sample)
+    assert str(refused.value) == ("--criterion am_softmax needs cosine logits: train with --arch cosine_transformer "
+                                  "(or cosine_transformer_tiny), or --classifier cosine with --task "
+                                  "text_classification")
+
+
+@pytest.mark.parametrize("delta, said", [
+    (1.0, "--as-delta 1: AS-Softmax keeps every class, so it trains Su's multi-label loss (multilabel_softmax)"),
+    (0.9, None),
+])
+def test_as_multilabel_says_when_it_is_su_s_loss(delta, said, caplog):
+    config = CRITERION_DATACLASS_REGISTRY["as_multilabel"](sentence_avg=False, max_update=0, as_delta=delta)
+    with caplog.at_level("WARNING", logger="user_dir.criterions.base"):
+        CRITERION_REGISTRY["as_multilabel"].build_criterion(config, _ClassificationTask(dictionary(), True))
+    assert [r.getMessage() for r in caplog.records if r.name == "user_dir.criterions.base"] == ([said] if said else [])

@@ -174,6 +174,24 @@ def test_the_logged_ratios_are_those_of_the_batches_since_the_last_log():
             assert logs == state.log_history[-1] == want, (name, logged)
 
 
+@pytest.mark.parametrize("k", [8, 9, 20])
+def test_sparse_softmax_over_k_of_as_many_classes_is_softmax_and_says_so_once(k, caplog):
+    """k ≥ the classes keeps every class: the loss is the softmax cross-entropy, said once; k one below is not."""
+    logits = torch.randn(2, 5, 9, dtype=torch.float64) * 3
+    labels = torch.randint(0, 9, (2, 5))
+    loss = TrainerLoss("sparse_softmax", k=k)
+    with caplog.at_level("WARNING", logger="sparse_softmax.hf.loss"):
+        got = [loss({"logits": logits}, labels) for _ in range(2)]
+    z, t = logits.reshape(-1, 9), labels.reshape(-1)
+    want = losses.sparse_softmax_loss(z, t, min(k, 9)) / len(t)
+    assert got[0] == got[1] == pytest.approx(float(want), rel=1e-12)
+    said = [r.getMessage() for r in caplog.records if r.name == "sparse_softmax.hf.loss"]
+    assert said == ([f"sparse_softmax: k = {k} >= 9 classes keeps every class: this trains plain softmax "
+                     "cross-entropy"] if k >= 9 else [])
+    if k >= 9:
+        assert float(want) == pytest.approx(float(torch.nn.functional.cross_entropy(z, t)), rel=1e-12)
+
+
 def test_a_schedule_without_its_callback_is_refused():
     loss = TrainerLoss("sparse_softmax", warmup_ratio=0.5)
     with pytest.raises(RuntimeError, match="LossScheduleCallback"):
