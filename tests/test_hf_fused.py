@@ -102,6 +102,9 @@ def test_loss_and_every_gradient_equal_the_unfused_loss(family, name, options):
     torch.testing.assert_close(got, want)
     for (key, p), q in zip(model.named_parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad, q.grad, msg=key, rtol=1e-5, atol=1e-7)
+    assert fused.totals.keys() == unfused.totals.keys()  # AS's rows and masked rows, sparse_softmax's flat slope
+    for key, value in fused.totals.items():
+        torch.testing.assert_close(value.double(), unfused.totals[key].double(), msg=key, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.filterwarnings("ignore:Version v4.12.0 introduces:FutureWarning")  # EncoderDecoderModel, labels given
