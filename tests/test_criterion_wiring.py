@@ -89,11 +89,13 @@ def batch(d: Dictionary, seed: int = 0):
     return logits, target, sample
 
 
-def build(name: str, d: Dictionary, **options):
+def build(name: str, d: Dictionary, task=None, **options):
+    """Criterion ``name`` with ``options`` (config fields; no --sentence-avg and no schedule unless given) for
+    ``task`` (default: a seq2seq task over ``d``)."""
     config = CRITERION_DATACLASS_REGISTRY[name]
-    schedule = {"max_update": 0} if "max_update" in config.__dataclass_fields__ else {}  # no schedule unless given
-    cfg = config(sentence_avg=False, **{**schedule, **options})
-    return CRITERION_REGISTRY[name].build_criterion(cfg, _Task(d))
+    schedule = {"max_update": 0} if "max_update" in config.__dataclass_fields__ else {}
+    cfg = config(**{"sentence_avg": False, **schedule, **options})
+    return CRITERION_REGISTRY[name].build_criterion(cfg, task or _Task(d))
 
 
 def counted(logits, target, d):
@@ -288,8 +290,7 @@ def test_the_logged_sizes_and_the_sentence_average():
     logits, target, sample = batch(d)
     _, _, log = build("softmax", d)(model_at(logits), sample)
     assert (log["ntokens"], log["nsentences"]) == (10, 2)
-    loss, sample_size, log = CRITERION_REGISTRY["softmax"].build_criterion(
-        CRITERION_DATACLASS_REGISTRY["softmax"](sentence_avg=True), _Task(d))(model_at(logits), sample)
+    loss, sample_size, log = build("softmax", d, sentence_avg=True)(model_at(logits), sample)
     assert sample_size == log["sample_size"] == 2 and int(log["n_rows"]) == 10
 
 
@@ -429,10 +430,9 @@ class _ClassificationTask(_Task):
 def test_a_criterion_for_the_other_kind_of_labels_is_refused(name, task_multi_label, message):
     from user_dir.options import UsageError
 
-    config = CRITERION_DATACLASS_REGISTRY[name]
+    d = dictionary()
     with pytest.raises(UsageError) as refused:
-        CRITERION_REGISTRY[name].build_criterion(config(sentence_avg=False), _ClassificationTask(dictionary(),
-                                                                                                 task_multi_label))
+        build(name, d, _ClassificationTask(d, task_multi_label))
     assert str(refused.value) == message
 
 
@@ -446,10 +446,9 @@ def test_multi_label_criteria_are_their_core_loss_on_the_tasks_rows(name, option
     labels[0] = 0
     labels[0, 2] = 1
     logits[0, 2] = 30.0  # far ahead: AS keeps none of the other classes
-    task = _ClassificationTask(dictionary(), True, (logits, labels))
-    config = CRITERION_DATACLASS_REGISTRY[name]
-    schedule = {"max_update": 0} if "max_update" in config.__dataclass_fields__ else {}
-    criterion = CRITERION_REGISTRY[name].build_criterion(config(sentence_avg=False, **schedule, **options), task)
+    d = dictionary()
+    task = _ClassificationTask(d, True, (logits, labels))
+    criterion = build(name, d, task, **options)
     task.sample, task.model = {"ntokens": 6, "nsentences": 6, "target": labels}, model_at(logits)
     loss, sample_size, log = criterion(task.model, task.sample)
     assert sample_size == 6 and "nll_loss" not in log
@@ -543,10 +542,8 @@ def test_the_fused_output_layer_refuses_what_it_cannot_score():
         build("softmax", d, fused_output_layer=True)(model, {**sample, "net_input": {"src_tokens": None}})
     assert str(refused.value) == ("--fused-output-layer needs a decoder whose logits are its plain linear "
                                   "output_projection; Module is not a fairseq transformer decoder")
-    config = CRITERION_DATACLASS_REGISTRY["softmax"]
     with pytest.raises(UsageError) as refused:
-        CRITERION_REGISTRY["softmax"].build_criterion(config(sentence_avg=False, fused_output_layer=True),
-                                                      _ClassificationTask(d, False))
+        build("softmax", d, _ClassificationTask(d, False), fused_output_layer=True)
     assert str(refused.value) == ("--fused-output-layer scores a seq2seq decoder's features against its output "
                                   "projection; --task text_classification scores classification heads over a few "
                                   "classes instead")
@@ -600,7 +597,7 @@ def test_am_softmax_without_cosine_logits_is_refused():
     (0.9, None),
 ])
 def test_as_multilabel_says_when_it_is_su_s_loss(delta, said, caplog):
-    config = CRITERION_DATACLASS_REGISTRY["as_multilabel"](sentence_avg=False, max_update=0, as_delta=delta)
+    d = dictionary()
     with caplog.at_level("WARNING", logger="user_dir.criterions.base"):
-        CRITERION_REGISTRY["as_multilabel"].build_criterion(config, _ClassificationTask(dictionary(), True))
+        build("as_multilabel", d, _ClassificationTask(d, True), as_delta=delta)
     assert [r.getMessage() for r in caplog.records if r.name == "user_dir.criterions.base"] == ([said] if said else [])
