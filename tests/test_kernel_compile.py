@@ -20,7 +20,7 @@ if not (Path(TRITON.submodule_search_locations[0]) / "backends" / "nvidia" / "bi
     pytest.skip("this Triton has no NVIDIA backend to compile with", allow_module_level=True)
 
 KERNELS = ["Sparse-softmax row kernel", "Sparse-softmax row kernel, k = 128", "Sparse-softmax row kernel, no gradient",
-           "Sparse-softmax row kernel by lanes (experiments/kernels)", "Sparse-softmax row kernel by lanes, k = 128",
+           "Sparse-softmax row kernel, swept rows written",
            "AS row kernel, δ = 0.3", "AS row kernel, δ = 1 (cross_entropy)", "AS row kernel, δ = 0.3, no gradient",
            "AS row kernel, δ = 0.3, rows keeping few classes as pairs (experiments/kernels)",
            "layer's backward, weight gradient by atomic adds",

@@ -14,7 +14,7 @@ import kernel_tuning  # noqa: E402  (its lists of settings; its kernels run in t
 import output_layer_speed  # noqa: E402
 
 SECTIONS = {  # title → the rows each case must have
-    "Sparse-softmax layer, forward with gradient pairs (bf16)": 3,
+    "Sparse-softmax layer, forward with gradient pairs (bf16)": 2,
     "Sparse-softmax row kernel, forward with gradient pairs (bf16 logits)": 2 + len(kernel_tuning.ROW_SETTINGS),
     "AS row kernel, loss and gradient (bf16 logits)": 2 + len(kernel_tuning.AS_SETTINGS),
     f"Sparse-softmax layer's backward from {kernel_tuning.K + 1} gradient pairs a row (bf16)":

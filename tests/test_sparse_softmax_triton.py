@@ -34,7 +34,7 @@ def dense(classes: torch.Tensor, grad: torch.Tensor, v: int) -> torch.Tensor:
 
 
 def assert_same_rows(z, target, k, smoothing, score=kernels.sparse_softmax_chunk_triton):
-    """``score`` (the row kernel's launch, or an alternative's) gives the PyTorch path's losses, nll and pairs."""
+    """``score`` (the row kernel's launch, by default) gives the PyTorch path's losses, nll and pairs."""
     want = sparse_softmax_chunk(z.clone(), target, k, smoothing, want_grad=True)  # CPU: the PyTorch path
     got = score(z.to(KERNEL_DEVICE), target.to(KERNEL_DEVICE), k, smoothing, want_grad=True)
     torch.testing.assert_close(got.loss.cpu(), want.loss, msg="loss")
@@ -52,34 +52,84 @@ def test_kernel_matches_the_pytorch_rows(n, v, k, smoothing):
     assert_same_rows(z, target, k, smoothing)
 
 
+def swept_rows(**options):
+    """The row kernel's launch with ``options``, and the list its calls append their (N,) tensors to: which rows the
+    merging sweep swept again."""
+    swept = []
+
+    def run(z, target, k, smoothing, want_grad):
+        swept.append(torch.full((z.shape[0],), -1, dtype=torch.int32, device=z.device))
+        return kernels.sparse_softmax_chunk_triton(z, target, k, smoothing, want_grad, swept=swept[-1],
+                                                   **options)
+    return run, swept
+
+
+def sorted_rows(order: str, lanes: int):
+    """Rows spanning many blocks of ``lanes``: ascending logits change every lane's two largest with each block,
+    descending ones never after the first."""
+    z, target = rows_of(5, lanes * 9 + 5, seed=1)
+    return (z if order == "random" else z.sort(dim=1, descending=order == "descending").values), target
+
+
+def top_three_in_one_lane(z: torch.Tensor, lanes: int) -> torch.Tensor:
+    """``z`` with each row's three largest logits moved (by swaps) into the lane of its largest: that lane lets
+    the third go, so only the merging sweep can find the top k."""
+    z = z.clone()
+    for row in z:
+        top = row.topk(3).indices.tolist()
+        slots = [top[0] % lanes + i * lanes for i in range(3)]
+        values = row[top].clone()
+        row[[c for c in top if c not in slots]] = row[[c for c in slots if c not in top]].clone()
+        row[slots] = values
+    return z
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending"])
+def test_the_lanes_alone_across_many_blocks(order):
+    """Small blocks, so that a row spans many; no lane holds three of a sorted row's top 10, so the lanes decide
+    every row."""
+    score, swept = swept_rows(tiles=Tiles(sparse_block=16))
+    assert_same_rows(*sorted_rows(order, 16), 10, 0.0, score)
+    assert swept[0].tolist() == [0] * 5
+
+
 @pytest.mark.parametrize("order", ["ascending", "descending", "random"])
 @pytest.mark.parametrize("insert_limit", [0, 4, 64])
-def test_kernel_across_many_blocks(order, insert_limit):
-    """Small blocks, so a row spans many: ascending logits put every block's top ahead of the running top k
-    (a merge each block), descending ones none after the first (every later block skipped); the candidates
-    are merged by sorting (limit 0), by insertion (64: a block's every column) or by either."""
-    z, target = rows_of(5, 16 * 9 + 5, seed=1)
-    if order != "random":
-        z = z.sort(dim=1, descending=order == "descending").values
-    tiles = Tiles(sparse_block=16, insert_limit=insert_limit)
-    assert_same_rows(z, target, 10, 0.0, lambda *args, **kwargs: kernels.sparse_softmax_chunk_triton(
-        *args, **kwargs, tiles=tiles))
+def test_the_merging_sweep_across_many_blocks(order, insert_limit):
+    """Rows that only the merging sweep can decide, spanning many blocks: ascending logits merge candidates at
+    every block, descending ones at the first alone; they are merged by sorting (limit 0), by insertion (64: a
+    block's every column) or by either."""
+    z, target = sorted_rows(order, 16)
+    score, swept = swept_rows(tiles=Tiles(sparse_block=16, insert_limit=insert_limit))
+    assert_same_rows(top_three_in_one_lane(z, 16), target, 10, 0.0, score)
+    assert swept[0].tolist() == [1] * 5
 
 
-def assert_reads_half_logits(dtype, score=kernels.sparse_softmax_chunk_triton):
-    """``score`` on half logits: float32 losses, and the PyTorch path's on the same logits in float32."""
-    z, target = rows_of(6, 150, seed=2)
-    z = z.to(dtype)
-    want = sparse_softmax_chunk(z.float(), target, 10, 0.0, want_grad=True)
-    got = score(z.to(KERNEL_DEVICE), target.to(KERNEL_DEVICE), 10, 0.0, want_grad=True)
-    assert got.loss.dtype == torch.float32
-    torch.testing.assert_close(got.loss.cpu(), want.loss)
-    torch.testing.assert_close(dense(got.classes, got.grad, 150), dense(want.classes, want.grad, 150))
+def test_the_merging_sweep_is_taken_exactly_where_the_lanes_may_miss():
+    """Random rows whose top 10 lie in distinct lanes are decided by the lanes alone; the two that need the merging
+    sweep (three of the top k in one lane; fewer than k finite logits) are swept again, and all come out exact."""
+    g = torch.Generator().manual_seed(7)
+    z = torch.randn(6, 64, generator=g)
+    z[1, [5, 21, 53]] = torch.tensor([9.0, 8.0, 7.0])  # lane 5 of 16
+    z[3] = float("-inf")
+    z[3, 2] = 0.5
+    target = torch.randint(0, 64, (6,), generator=g)
+    target[3] = 2
+    score, swept = swept_rows(tiles=Tiles(sparse_block=16))
+    assert_same_rows(z, target, 10, 0.0, score)
+    assert swept[0].tolist() == [0, 1, 0, 1, 0, 0]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_kernel_reads_half_logits(dtype):
-    assert_reads_half_logits(dtype)
+    """Half logits: float32 losses, and the PyTorch path's on the same logits in float32."""
+    z, target = rows_of(6, 150, seed=2)
+    z = z.to(dtype)
+    want = sparse_softmax_chunk(z.float(), target, 10, 0.0, want_grad=True)
+    got = kernels.sparse_softmax_chunk_triton(z.to(KERNEL_DEVICE), target.to(KERNEL_DEVICE), 10, 0.0, want_grad=True)
+    assert got.loss.dtype == torch.float32
+    torch.testing.assert_close(got.loss.cpu(), want.loss)
+    torch.testing.assert_close(dense(got.classes, got.grad, 150), dense(want.classes, want.grad, 150))
 
 
 def test_no_gradient_asked_for():

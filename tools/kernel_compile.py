@@ -5,8 +5,8 @@ registers and spills as ``ptxas`` reports them, with how many of its programs an
 (an upper bound on the rows or tiles in flight: shared memory and the SM's thread limit may allow fewer).
 
 Each kernel is compiled with the arguments its own launch function passes it, captured instead of launched (bf16
-inputs, the default ``Tiles``, and each alternative: the row kernel and its lanes' sweep (``experiments/kernels``),
-the AS kernel with δ < 1 and δ = 1 and with its few-class rows as pairs (``experiments/kernels``), both row kernels
+inputs, the default ``Tiles``, and each alternative: the row kernel also writing which rows it swept again, the AS
+kernel with δ < 1 and δ = 1 and with its few-class rows as pairs (``experiments/kernels``), both row kernels
 without a gradient (its pointers None), the sparse layer's backward with the weight's gradient by atomic adds or by
 sorting (deterministic algorithms), and the sorted sum's two launches; the row kernel and the backward also at the
 largest k they take, which asks for the most registers). ``--tuning`` adds the settings tools/kernel_tuning.py
@@ -41,7 +41,6 @@ from sparse_softmax.losses.dispatch import MAX_K, Tiles
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / part) for part in ("benchmarks", "experiments/kernels")]
 import as_pairs  # noqa: E402  (experiments/kernels: the alternatives a GPU run has yet to decide)
-import lanes_sweep  # noqa: E402
 from measure import deterministic_algorithms  # noqa: E402  (benchmarks/)
 
 TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int64: "i64",
@@ -115,13 +114,10 @@ def launches(tuning: bool) -> dict[str, tuple]:
     target = torch.randint(0, v, (n,), generator=g)
     hidden, weight = torch.randn(n, h, generator=g).bfloat16(), torch.randn(v, h, generator=g).bfloat16()
     rows, weights = torch.arange(n), torch.ones(n)
-    row, layer, lanes = sparse_softmax_triton, output_layer_triton, lanes_sweep._sparse_softmax_row_by_lanes
+    row, layer = sparse_softmax_triton, output_layer_triton
 
-    def row_kernel(top: int = k, launch=row.sparse_softmax_chunk_triton, tiles: Tiles = Tiles(), want_grad=True):
-        return launch(z, target, top, 0.1, want_grad, tiles)
-
-    def by_lanes(top: int = k):
-        return row_kernel(top, lanes_sweep.sparse_softmax_chunk_by_lanes)
+    def row_kernel(top: int = k, tiles: Tiles = Tiles(), want_grad=True, swept: torch.Tensor | None = None):
+        return row.sparse_softmax_chunk_triton(z, target, top, 0.1, want_grad, tiles, swept)
 
     def pairs(top: int = k) -> tuple[torch.Tensor, torch.Tensor]:
         """k + 1 gradient pairs a row, of three classes: more pairs a class than a small ``Tiles.piece``."""
@@ -150,8 +146,8 @@ def launches(tuning: bool) -> dict[str, tuple]:
         "Sparse-softmax row kernel": (row._sparse_softmax_row, row_kernel),
         f"Sparse-softmax row kernel, k = {MAX_K}": (row._sparse_softmax_row, lambda: row_kernel(MAX_K)),
         "Sparse-softmax row kernel, no gradient": (row._sparse_softmax_row, lambda: row_kernel(want_grad=False)),
-        "Sparse-softmax row kernel by lanes (experiments/kernels)": (lanes, by_lanes),
-        f"Sparse-softmax row kernel by lanes, k = {MAX_K}": (lanes, lambda: by_lanes(MAX_K)),
+        "Sparse-softmax row kernel, swept rows written": (
+            row._sparse_softmax_row, lambda: row_kernel(swept=torch.empty(n, dtype=torch.int32))),
         "AS row kernel, δ = 0.3": as_kernel(0.3),
         "AS row kernel, δ = 1 (cross_entropy)": as_kernel(1.0),
         "AS row kernel, δ = 0.3, no gradient": as_kernel(0.3, want_grad=False),
@@ -170,9 +166,9 @@ def launches(tuning: bool) -> dict[str, tuple]:
             name, tiles = as_setting(*setting)
             out[f"AS row kernel, δ = 0.3, {name}"] = as_kernel(0.3, tiles)
         for setting in ROW_SETTINGS:
-            name, tiles, launch = row_setting(*setting)
-            kernel = lanes if launch is lanes_sweep.sparse_softmax_chunk_by_lanes else row._sparse_softmax_row
-            out[name] = (kernel, lambda launch=launch, tiles=tiles: row_kernel(launch=launch, tiles=tiles))
+            name, tiles = row_setting(*setting)
+            out[f"Sparse-softmax row kernel, {name}"] = (row._sparse_softmax_row, lambda tiles=tiles: row_kernel(
+                tiles=tiles))
     return out
 
 

@@ -1,16 +1,16 @@
 #!/usr/bin/env python
-"""Times the GPU kernels' settings, to choose the defaults their modules hold: block, warps and sweep of the
+"""Times the GPU kernels' settings, to choose the defaults their modules hold: lanes and warps of the
 Sparse-softmax row kernel (``sparse_softmax_triton``), block and warps of the AS row kernel
 (``as_softmax_triton``), the weight gradient of the Sparse-softmax layer's backward (atomic adds, or sorting as
 deterministic algorithms do, ``output_layer_triton``), the rows a block of the fused output layer's block path
 takes on an accelerator (cross_entropy, as_softmax), and the alternatives of ``experiments/kernels`` that a GPU run
-promotes or deletes: the row kernel's lanes' sweep, and AS rows that keep few classes handed over as pairs.
+promotes or deletes: AS rows that keep few classes handed over as pairs.
 
 Each setting is timed against what bounds it in the same run, interleaved (``measure.best_times``): the sparse
-layer's forward (blocks of ``F.linear`` logits scored by the row kernel, with either sweep) against ``F.linear``
-alone, the product it cannot beat; the row kernel against ``F.cross_entropy``'s forward on the same logits, which reads them once; the AS kernel (loss and
-gradient, written in place as the fused layer has it: its time does not depend on the values it reads) against
-``F.cross_entropy``'s forward and backward on the same logits; the sparse layer's backward (from k + 1 gradient
+layer's forward (blocks of ``F.linear`` logits scored by the row kernel) against ``F.linear`` alone, the product it
+cannot beat; the row kernel against ``F.cross_entropy``'s forward on the same logits, which reads them once; the AS
+kernel (loss and gradient, written in place as the fused layer has it: its time does not depend on the values it
+reads) against ``F.cross_entropy``'s forward and backward on the same logits; the sparse layer's backward (from k + 1 gradient
 pairs a row, on classes drawn uniformly and from a Zipf law, as a trained model's top k, where a few words are in
 most rows) by sorting, at several piece sizes, against by atomic adds; the block path's forward + backward at
 several block sizes against ``F.linear`` + ``F.cross_entropy`` + backward. On a CUDA device;
@@ -25,7 +25,6 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -38,16 +37,11 @@ from sparse_softmax.losses.dispatch import Tiles
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / part) for part in ("benchmarks", "experiments/kernels")]
 import as_pairs  # noqa: E402  (experiments/kernels: the alternatives a GPU run has yet to decide)
-import lanes_sweep  # noqa: E402
 from measure import best_times, deterministic_algorithms, device_name  # noqa: E402  (benchmarks/)
 
 K = 10
-#: Row kernel settings: block, warps, insert limit (``Tiles.sparse_block``, ``sparse_warps``, ``insert_limit``), and
-#: whether the sweep is the lanes' (experiments/kernels).
-#: Merging, 2 warps, insert ≤ 4 was the fastest on both GPUs measured (benchmarks/results/gpu_h100.md, gpu_h200.md);
-#: the lanes' sweep has not run on one yet.
-ROW_SETTINGS = [(1024, 2, 4, False), (1024, 4, 4, False), (256, 2, 4, True), (512, 2, 4, True), (512, 4, 4, True),
-                (1024, 2, 4, True), (1024, 4, 4, True), (2048, 4, 4, True)]
+#: Row kernel settings: lanes, warps (``Tiles.sparse_block``, ``sparse_warps``; the default 512, 2 first).
+ROW_SETTINGS = [(512, 2), (256, 2), (512, 4), (1024, 2), (1024, 4)]
 #: AS row kernel settings: block, warps (``Tiles.as_block``, ``as_warps``; the default 4096, 4 first).
 AS_SETTINGS = [(4096, 4), (4096, 8), (2048, 4), (2048, 8), (1024, 4), (8192, 8)]
 #: AS rows as pairs (experiments/kernels/as_pairs.py): δ, and the most classes a row may keep to be written as pairs.
@@ -60,13 +54,9 @@ PIECES = [64, 256, 1024]
 BLOCK_BUDGETS = [1 << 28, 1 << 29, 1 << 30]
 
 
-def row_setting(block: int, warps: int, limit: int, lanes: bool) -> tuple[str, Tiles, Callable]:
-    """A ``ROW_SETTINGS`` entry: its name, its tiles, and the launch of the sweep it times (the product's merging
-    one, or the lanes' of ``experiments/kernels``)."""
-    sweep = "by lanes" if lanes else f"merging, insert ≤ {limit}"
-    launch = lanes_sweep.sparse_softmax_chunk_by_lanes if lanes else row_kernel.sparse_softmax_chunk_triton
-    return (f"row kernel, block {block}, {warps} warps, {sweep}",
-            Tiles(sparse_block=block, sparse_warps=warps, insert_limit=limit), launch)
+def row_setting(block: int, warps: int) -> tuple[str, Tiles]:
+    """A ``ROW_SETTINGS`` entry: the end of its name, and its tiles."""
+    return f"{block} lanes, {warps} warps", Tiles(sparse_block=block, sparse_warps=warps)
 
 
 def as_setting(block: int, warps: int) -> tuple[str, Tiles]:
@@ -86,13 +76,8 @@ def layer_rows(n: int, h: int, v: int, repeats: int, device: str) -> list[str]:
     def by_blocks():
         output_layer.sparse_pairs_by_blocks(hidden, weight, None, rows, target, K, 0.0, True, tiles)
 
-    def by_blocks_and_lanes():  # the same blocks, scored by the lanes' sweep
-        for done, _, _, z in output_layer._logit_blocks(hidden, weight, None, rows, hidden.dtype, tiles):
-            lanes_sweep.sparse_softmax_chunk_by_lanes(z, target[done], K, 0.0, True)
-
     steps = {"F.linear (bf16 logits)": lambda: F.linear(hidden, weight),
-             f"F.linear then the row kernel, blocks of {block} rows": by_blocks,
-             f"F.linear then the row kernel by lanes, blocks of {block} rows": by_blocks_and_lanes}
+             f"F.linear then the row kernel, blocks of {block} rows": by_blocks}
     return table(f"N={n} H={h} V={v}", best_times(steps, repeats, device))
 
 
@@ -103,8 +88,9 @@ def row_rows(n: int, v: int, repeats: int, device: str) -> list[str]:
     steps = {"F.cross_entropy forward (bf16 logits)": lambda: F.cross_entropy(z, target, reduction="sum"),
              f"torch.topk k={K}": lambda: torch.topk(z, K, dim=1)}
     for setting in ROW_SETTINGS:
-        name, tiles, launch = row_setting(*setting)
-        steps[name] = lambda launch=launch, tiles=tiles: launch(z, target, K, 0.0, True, tiles)
+        name, tiles = row_setting(*setting)
+        steps[f"row kernel, {name}"] = lambda tiles=tiles: row_kernel.sparse_softmax_chunk_triton(
+            z, target, K, 0.0, True, tiles)
     return table(f"N={n} V={v}", best_times(steps, repeats, device))
 
 

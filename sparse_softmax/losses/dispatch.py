@@ -40,10 +40,12 @@ class Tiles:
         scored_elements: logits the PyTorch path scores at once (a part of a fused block, a block of
             ``as_softmax``'s rows). None: 2^20 on a CPU, to stay in cache through the loss's passes over them;
             2^24 on an accelerator.
-        sparse_block, sparse_warps: logits a program of the Sparse-softmax row kernel loads at once (a quarter of
-            the AS kernel's: its candidates become 64-bit keys held in registers), and its warps.
-        insert_limit: the most candidates a row of a block may have for the row kernel to insert them one by one
-            into its running top k rather than sort them in.
+        sparse_block, sparse_warps: the lanes of the Sparse-softmax row kernel (the logits a program loads at once),
+            and its warps. Each lane holds six values through the sweep and the top k is then chosen among twice
+            as many 64-bit keys, so it has fewer lanes than the AS kernel.
+        insert_limit: in the row kernel's merging sweep (the rare rows the lanes cannot decide), the most
+            candidates a row of a block may have for them to be inserted one by one into its running top k rather
+            than sorted in.
         as_block, as_warps: logits a program of the AS row kernel loads at once, and its warps.
         backward_block_h: hidden units a program of the sparse layer's backward kernels takes.
         piece: the most pairs of one class that one program of the sorted (deterministic) weight gradient sums.
@@ -52,7 +54,7 @@ class Tiles:
 
     fused_elements: int | None = None
     scored_elements: int | None = None
-    sparse_block: int = 1024
+    sparse_block: int = 512
     sparse_warps: int = 2
     insert_limit: int = 4
     as_block: int = 4096
