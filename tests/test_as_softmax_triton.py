@@ -36,7 +36,8 @@ def mixed_rows(n: int, v: int, seed: int = 0):
     return z, target, weight
 
 
-@pytest.mark.parametrize("n, v", [(1, 7), (40, 97), (33, 5000), (9, 4096 + 3)])  # V below, at and across blocks
+# V below, within and across the default blocks
+@pytest.mark.parametrize("n, v", [(1, 7), (40, 97), (33, 5000), (9, Tiles().as_block + 3)])
 @pytest.mark.parametrize("delta", [0.0, 0.3, 1.0])
 def test_kernel_matches_the_pytorch_rows(n, v, delta):
     z, target, weight = mixed_rows(n, v)

@@ -42,8 +42,8 @@ from measure import best_times, deterministic_algorithms, device_name  # noqa: E
 K = 10
 #: Row kernel settings: lanes, warps (``Tiles.sparse_block``, ``sparse_warps``; the default 512, 2 first).
 ROW_SETTINGS = [(512, 2), (256, 2), (512, 4), (1024, 2), (1024, 4)]
-#: AS row kernel settings: block, warps (``Tiles.as_block``, ``as_warps``; the default 4096, 4 first).
-AS_SETTINGS = [(4096, 4), (4096, 8), (2048, 4), (2048, 8), (1024, 4), (8192, 8)]
+#: AS row kernel settings: block, warps (``Tiles.as_block``, ``as_warps``; the default 2048, 4 first).
+AS_SETTINGS = [(2048, 4), (2048, 8), (4096, 4), (4096, 8), (1024, 4), (8192, 8)]
 #: AS rows as pairs (experiments/kernels/as_pairs.py): δ, and the most classes a row may keep to be written as pairs.
 AS_DELTA, AS_CAPS = 0.3, [8, 32]
 #: Sorted weight gradient: the pairs of a class one program sums at most (``Tiles.piece``).

@@ -57,7 +57,7 @@ class Tiles:
     sparse_block: int = 512
     sparse_warps: int = 2
     insert_limit: int = 4
-    as_block: int = 4096
+    as_block: int = 2048
     as_warps: int = 4
     backward_block_h: int = 256
     piece: int = 256
