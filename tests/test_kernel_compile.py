@@ -22,7 +22,6 @@ if not (Path(TRITON.submodule_search_locations[0]) / "backends" / "nvidia" / "bi
 KERNELS = ["Sparse-softmax row kernel", "Sparse-softmax row kernel, k = 128", "Sparse-softmax row kernel, no gradient",
            "Sparse-softmax row kernel, swept rows written",
            "AS row kernel, δ = 0.3", "AS row kernel, δ = 1 (cross_entropy)", "AS row kernel, δ = 0.3, no gradient",
-           "AS row kernel, δ = 0.3, rows keeping few classes as pairs (experiments/kernels)",
            "layer's backward, weight gradient by atomic adds",
            "layer's backward, weight gradient by atomic adds, k = 128",
            "layer's backward, weight gradient by sorting", "sorted weight gradient, pieces",

@@ -6,7 +6,7 @@ registers and spills as ``ptxas`` reports them, with how many of its programs an
 
 Each kernel is compiled with the arguments its own launch function passes it, captured instead of launched (bf16
 inputs, the default ``Tiles``, and each alternative: the row kernel also writing which rows it swept again, the AS
-kernel with δ < 1 and δ = 1 and with its few-class rows as pairs (``experiments/kernels``), both row kernels
+kernel with δ < 1 and δ = 1, both row kernels
 without a gradient (its pointers None), the sparse layer's backward with the weight's gradient by atomic adds or by
 sorting (deterministic algorithms), and the sorted sum's two launches; the row kernel and the backward also at the
 largest k they take, which asks for the most registers). ``--tuning`` adds the settings tools/kernel_tuning.py
@@ -39,8 +39,7 @@ from triton.runtime.jit import JITFunction
 from sparse_softmax.losses import as_softmax_triton, output_layer_triton, sparse_softmax_triton
 from sparse_softmax.losses.dispatch import MAX_K, Tiles
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / part) for part in ("benchmarks", "experiments/kernels")]
-import as_pairs  # noqa: E402  (experiments/kernels: the alternatives a GPU run has yet to decide)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from measure import deterministic_algorithms  # noqa: E402  (benchmarks/)
 
 TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int64: "i64",
@@ -139,9 +138,6 @@ def launches(tuning: bool) -> dict[str, tuple]:
         return as_softmax_triton._as_softmax_row, lambda: as_softmax_triton.as_softmax_rows_triton(
             z, target, weights, delta, want_grad, in_place=True, tiles=tiles)
 
-    def as_kernel_pairs():
-        return as_pairs.as_softmax_rows_pairs_triton(z, target, weights, 0.3, as_pairs.KeptPairs.empty(n, 32, z.device))
-
     out = {  # at k = MAX_K, the largest the kernels take, they ask for the most registers
         "Sparse-softmax row kernel": (row._sparse_softmax_row, row_kernel),
         f"Sparse-softmax row kernel, k = {MAX_K}": (row._sparse_softmax_row, lambda: row_kernel(MAX_K)),
@@ -151,8 +147,6 @@ def launches(tuning: bool) -> dict[str, tuple]:
         "AS row kernel, δ = 0.3": as_kernel(0.3),
         "AS row kernel, δ = 1 (cross_entropy)": as_kernel(1.0),
         "AS row kernel, δ = 0.3, no gradient": as_kernel(0.3, want_grad=False),
-        "AS row kernel, δ = 0.3, rows keeping few classes as pairs (experiments/kernels)": (
-            as_pairs._as_softmax_row_pairs, as_kernel_pairs),
         "layer's backward, weight gradient by atomic adds": (layer._sparse_layer_backward, backward),
         f"layer's backward, weight gradient by atomic adds, k = {MAX_K}": (
             layer._sparse_layer_backward, lambda: backward(MAX_K)),

@@ -3,8 +3,7 @@
 Sparse-softmax row kernel (``sparse_softmax_triton``), block and warps of the AS row kernel
 (``as_softmax_triton``), the weight gradient of the Sparse-softmax layer's backward (atomic adds, or sorting as
 deterministic algorithms do, ``output_layer_triton``), the rows a block of the fused output layer's block path
-takes on an accelerator (cross_entropy, as_softmax), and the alternatives of ``experiments/kernels`` that a GPU run
-promotes or deletes: AS rows that keep few classes handed over as pairs.
+takes on an accelerator (cross_entropy, as_softmax).
 
 Each setting is timed against what bounds it in the same run, interleaved (``measure.best_times``): the sparse
 layer's forward (blocks of ``F.linear`` logits scored by the row kernel) against ``F.linear`` alone, the product it
@@ -35,8 +34,7 @@ from sparse_softmax.losses import output_layer_triton as layer_kernel
 from sparse_softmax.losses import sparse_softmax_triton as row_kernel
 from sparse_softmax.losses.dispatch import Tiles
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / part) for part in ("benchmarks", "experiments/kernels")]
-import as_pairs  # noqa: E402  (experiments/kernels: the alternatives a GPU run has yet to decide)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from measure import best_times, deterministic_algorithms, device_name  # noqa: E402  (benchmarks/)
 
 K = 10
@@ -44,8 +42,6 @@ K = 10
 ROW_SETTINGS = [(512, 2), (256, 2), (512, 4), (1024, 2), (1024, 4)]
 #: AS row kernel settings: block, warps (``Tiles.as_block``, ``as_warps``; the default 2048, 4 first).
 AS_SETTINGS = [(2048, 4), (2048, 8), (4096, 4), (4096, 8), (1024, 4), (8192, 8)]
-#: AS rows as pairs (experiments/kernels/as_pairs.py): δ, and the most classes a row may keep to be written as pairs.
-AS_DELTA, AS_CAPS = 0.3, [8, 32]
 #: Sorted weight gradient: the pairs of a class one program sums at most (``Tiles.piece``).
 PIECES = [64, 256, 1024]
 #: Logits a block of the fused block path may hold on an accelerator: the default (2^28, ``Tiles.fused_elements``)
@@ -159,33 +155,6 @@ def block_rows(n: int, h: int, v: int, repeats: int, device: str) -> list[str]:
     return table(f"N={n} H={h} V={v}", best_times(steps, repeats, device))
 
 
-def as_pairs_rows(n: int, h: int, v: int, repeats: int, device: str) -> list[str]:
-    """The fused as_softmax (forward and backward) against the same with its few-class rows as pairs
-    (``experiments/kernels/as_pairs.py``), at each share of dense rows (the others half masked, half keeping two
-    classes), with ``F.linear`` + ``F.cross_entropy`` first."""
-    from output_layer_speed import DENSE_SHARES, make_case
-
-    steps = {}
-    for share in DENSE_SHARES:
-        hidden, weight, target = make_case(n, h, v, share, device, torch.bfloat16, seed=1)
-
-        def fused(hidden=hidden, weight=weight, target=target):
-            hidden.grad = weight.grad = None
-            fused_output_loss(hidden, weight, target, "as_softmax", delta=AS_DELTA).loss.backward()
-
-        if not steps:
-            def baseline(hidden=hidden, weight=weight, target=target):
-                hidden.grad = weight.grad = None
-                F.cross_entropy(F.linear(hidden, weight).float(), target, reduction="sum").backward()
-            steps["F.linear + F.cross_entropy"] = baseline
-        steps[f"as_softmax, fused, {share:.0%} dense"] = fused
-        for cap in AS_CAPS:
-            steps[f"as_softmax, fused, {share:.0%} dense, rows keeping ≤ {cap} classes as pairs"] = (
-                lambda hidden=hidden, weight=weight, target=target, cap=cap: as_pairs.fused_as_softmax_by_pairs(
-                    hidden.detach(), weight.detach(), target, AS_DELTA, cap))
-    return table(f"N={n} H={h} V={v}", best_times(steps, repeats, device))
-
-
 def table(case: str, times: dict[str, float]) -> list[str]:
     base = next(iter(times.values()))
     lines = [f"| {case} | {name} | {1e3 * t:.2f} | {t / base:.2f} |" for name, t in times.items()]
@@ -212,19 +181,16 @@ def main() -> None:
                 "Sparse-softmax row kernel, forward with gradient pairs (bf16 logits)": [],
                 "AS row kernel, loss and gradient (bf16 logits)": [],
                 f"Sparse-softmax layer's backward from {K + 1} gradient pairs a row (bf16)": [],
-                "Fused block path, forward + backward (bf16)": [],
-                "Fused as_softmax, rows keeping few classes as pairs (experiments/kernels), forward + backward (bf16)":
-                    []}
+                "Fused block path, forward + backward (bf16)": []}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for case in args.cases.split(","):
         n, h, v = map(int, case.split("x"))
-        layer, rows, as_kernel_rows, backward, blocks, pairs = sections.values()
+        layer, rows, as_kernel_rows, backward, blocks = sections.values()
         layer += layer_rows(n, h, v, args.repeats, args.device)
         rows += row_rows(n, v, args.repeats, args.device)
         as_kernel_rows += as_rows(n, v, args.repeats, args.device)
         backward += backward_rows(n, h, v, args.repeats, args.device)
         blocks += block_rows(n, h, v, args.repeats, args.device)
-        pairs += as_pairs_rows(n, h, v, args.repeats, args.device)
         lines = [f"Device: {device_name(args.device)}; torch {torch.__version__}; min of {args.repeats} "
                  f"interleaved runs; k = {K}."]
         for title, body in sections.items():

@@ -1,5 +1,5 @@
 """Triton helpers that several kernels share (the row kernels of ``sparse_softmax_triton`` and
-``as_softmax_triton``, and the alternatives in ``experiments/kernels``)."""
+``as_softmax_triton``)."""
 from __future__ import annotations
 
 import triton
