@@ -131,6 +131,11 @@ def run_together(commands: list[list[str]], timeout: float, **popen) -> list[sub
     return [subprocess.CompletedProcess(p.args, p.returncode, out, err) for p, (out, err) in zip(procs, outputs)]
 
 
+def logged(caplog, logger: str) -> list[str]:
+    """The messages ``caplog`` holds from ``logger`` (a module's ``__name__``), in order."""
+    return [record.getMessage() for record in caplog.records if record.name == logger]
+
+
 def json_logs(output: str | subprocess.CompletedProcess, tag: str) -> list[dict]:
     """The ``--log-format json`` records of one kind ("train_inner", "valid", ...) in a CLI's output."""
     if isinstance(output, subprocess.CompletedProcess):

@@ -13,6 +13,7 @@ from fairseq.criterions import CRITERION_DATACLASS_REGISTRY, CRITERION_REGISTRY
 from fairseq.data import Dictionary
 
 import user_dir  # noqa: F401  (registers the criterions)
+from conftest import logged
 from sparse_softmax import losses as L
 from test_fairseq_compat import _LogitsModel, _Task
 
@@ -360,7 +361,7 @@ def test_sparse_softmax_warns_once_when_its_warmup_hands_over_a_model_flat_logit
                                   (criterion, 5, True), (criterion, 5, True)]:
         model = model_at(logits, update).train(training)
         run(model, sample)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "user_dir.criterions.sparse_softmax"]
+    warnings = logged(caplog, "user_dir.criterions.sparse_softmax")
     assert warnings == [message]
 
 
@@ -384,7 +385,7 @@ def test_sparse_softmax_warns_once_when_its_warmup_hands_over_a_model_flat_logit
 def test_options_that_make_another_method_are_said_at_start(name, options, same, caplog):
     with caplog.at_level("WARNING", logger="user_dir.criterions.base"):
         build(name, dictionary(), **options)
-    assert [r.getMessage() for r in caplog.records if r.name == "user_dir.criterions.base"] == ([same] if same else [])
+    assert logged(caplog, "user_dir.criterions.base") == ([same] if same else [])
 
 
 @pytest.mark.parametrize("name, options, message", [
@@ -600,4 +601,4 @@ def test_as_multilabel_says_when_it_is_su_s_loss(delta, said, caplog):
     d = dictionary()
     with caplog.at_level("WARNING", logger="user_dir.criterions.base"):
         build("as_multilabel", d, _ClassificationTask(d, True), as_delta=delta)
-    assert [r.getMessage() for r in caplog.records if r.name == "user_dir.criterions.base"] == ([said] if said else [])
+    assert logged(caplog, "user_dir.criterions.base") == ([said] if said else [])

@@ -24,6 +24,7 @@ from transformers import (GenerationMixin, PretrainedConfig, PreTrainedModel, Tr
 from transformers.loss.loss_utils import ForCausalLMLoss  # noqa: E402
 from transformers.modeling_outputs import CausalLMOutput  # noqa: E402
 
+from conftest import logged  # noqa: E402
 from sparse_softmax import losses  # noqa: E402
 from sparse_softmax.schedules import next_accumulation  # noqa: E402
 from sparse_softmax.hf import (ASSpeedCallback, LossScheduleCallback, SourceVocabularyMask, TopKRenormalise,  # noqa: E402
@@ -159,11 +160,11 @@ def test_the_logged_ratios_are_those_of_the_batches_since_the_last_log():
         state = SimpleNamespace(log_history=[], global_step=0, max_steps=10)
         for _ in range(2):  # two batches, then a log; then a log with no batch since
             loss({"logits": logits}, labels)
-        for logged in range(2):
+        for second_log in range(2):
             state.log_history.append({"loss": 1.0})
             logs = {"loss": 1.0}
             callback.on_log(None, state, None, logs=logs)
-            if logged:
+            if second_log:
                 want = {"loss": 1.0}
             elif name == "as_softmax":
                 masked = int((losses.as_softmax(z, t, 0.3).n_masked))
@@ -185,7 +186,7 @@ def test_sparse_softmax_over_k_of_as_many_classes_is_softmax_and_says_so_once(k,
     z, t = logits.reshape(-1, 9), labels.reshape(-1)
     want = losses.sparse_softmax_loss(z, t, min(k, 9)) / len(t)
     assert got[0] == got[1] == pytest.approx(float(want), rel=1e-12)
-    said = [r.getMessage() for r in caplog.records if r.name == "sparse_softmax.hf.loss"]
+    said = logged(caplog, "sparse_softmax.hf.loss")
     assert said == ([f"sparse_softmax: k = {k} >= 9 classes keeps every class: this trains plain softmax "
                      "cross-entropy"] if k >= 9 else [])
     if k >= 9:

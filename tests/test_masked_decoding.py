@@ -17,6 +17,7 @@ import torch
 pytest.importorskip("fairseq")
 
 import scripted_model  # noqa: E402
+from conftest import logged  # noqa: E402
 from fairseq import utils  # noqa: E402
 from fairseq.search import BeamSearch  # noqa: E402
 
@@ -427,7 +428,7 @@ def test_bad_options(options, message):
 def test_a_topk_that_masks_nothing_is_said_at_start(options, said, caplog):
     with caplog.at_level("WARNING", logger="user_dir.tasks.sparse_seq2seq"):
         _task(**options)
-    assert [r.getMessage() for r in caplog.records if r.name == "user_dir.tasks.sparse_seq2seq"] == (
+    assert logged(caplog, "user_dir.tasks.sparse_seq2seq") == (
         [said] if said else [])
 
 
