@@ -19,6 +19,7 @@ pytest.importorskip("fairseq")
 import scripted_model  # noqa: E402
 from conftest import logged  # noqa: E402
 from fairseq import utils  # noqa: E402
+from fairseq.data import Dictionary  # noqa: E402
 from fairseq.search import BeamSearch  # noqa: E402
 
 from sparse_softmax.decoding import TokenSets, restrict, source_vocab, support  # noqa: E402
@@ -295,6 +296,30 @@ def test_source_mask_follows_sentences_through_a_batch(device):
         assert len(hyps) == 3
         for symbols, _, _ in hyps:
             assert set(symbols) <= set(src.split()) | {"</s>"}, (src, symbols)
+
+
+def test_a_source_dictionary_of_its_own_is_mapped_into_target_ids(device):
+    """Source and target dictionaries differ (another order, and a source symbol the target lacks): the mask
+    allows the target ids of each source's symbols, and the missing symbol allows nothing."""
+    src_dictionary = Dictionary()
+    for s in ("zz", *reversed(scripted_model.SYMBOLS)):
+        src_dictionary.add_symbol(s)
+    task = SparseSeq2SeqTask(SparseSeq2SeqConfig(source_vocab_mask=True), src_dictionary, D)
+
+    def uniform(src, prefix):  # every symbol alike; </s> only after two tokens
+        symbols = (*scripted_model.SYMBOLS, "</s>") if len(prefix) >= 2 else scripted_model.SYMBOLS
+        return {s: 1 / len(symbols) for s in symbols}
+
+    model = scripted_model.model(D, uniform).to(device)
+    generator = task.build_generator([model], Namespace(beam=3, nbest=3, unnormalized=True, max_len_b=4))
+    sources = ["b c zz", "f", "zz a"]
+    sample = utils.apply_to_sample(lambda x: x.to(device), scripted_model.sample(src_dictionary, sources))
+    hypos = task.inference_step(generator, [model], sample)
+    for source, hyps in zip(sources, hypos, strict=True):
+        allowed = set(source.split()) - {"zz"} | {"</s>"}
+        for hyp in hyps:
+            symbols = {D[t] for t in hyp["tokens"].tolist()}
+            assert symbols <= allowed and len(symbols) > 1, (source, symbols)
 
 
 def test_eos_forced_at_max_length_stays_finite(device):
