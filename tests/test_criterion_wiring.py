@@ -550,6 +550,47 @@ def test_the_fused_output_layer_refuses_what_it_cannot_score():
                                   "classes instead")
 
 
+def transformer_decoder(d: Dictionary, cls=None):
+    """A one-layer fairseq TransformerDecoder over ``d`` (or an instance of its subclass ``cls``)."""
+    from fairseq.models.transformer import TransformerConfig, TransformerDecoder
+
+    cfg = TransformerConfig()
+    cfg.decoder.layers, cfg.decoder.attention_heads, cfg.decoder.ffn_embed_dim = 1, 1, 16
+    cfg.decoder.embed_dim = cfg.decoder.input_dim = cfg.decoder.output_dim = H
+    return (cls or TransformerDecoder)(cfg, d, torch.nn.Embedding(len(d), H, padding_idx=d.pad()), no_encoder_attn=True)
+
+
+def test_the_fused_output_layer_takes_a_fairseq_decoder_with_plain_linear_logits():
+    """A stock TransformerDecoder passes; one that computes its own logits, or has no linear projection, is
+    refused, and so is another decoder unless it promises plain linear logits."""
+    from fairseq.models.transformer import TransformerDecoder
+
+    from user_dir.criterions.base import check_plain_output_layer
+    from user_dir.options import UsageError
+
+    class OwnLogits(TransformerDecoder):
+        def output_layer(self, features):
+            return super().output_layer(features) * 2
+
+    d = dictionary()
+    check_plain_output_layer(transformer_decoder(d))
+    adaptive = transformer_decoder(d)
+    adaptive.output_projection = None  # as with --adaptive-softmax-cutoff
+    promised = torch.nn.Module()
+    promised.logits_are_output_projection = True
+    check_plain_output_layer(promised)
+    start = "--fused-output-layer needs a decoder whose logits are its plain linear output_projection; "
+    for decoder, problem in [
+        (transformer_decoder(d, OwnLogits), "OwnLogits computes its logits in its own output_layer (e.g. cosine "
+                                            "logits for am_softmax)"),
+        (adaptive, "TransformerDecoder has no linear output_projection"),
+        (torch.nn.GRU(H, H), "GRU is not a fairseq transformer decoder"),
+    ]:
+        with pytest.raises(UsageError) as refused:
+            check_plain_output_layer(decoder)
+        assert str(refused.value) == start + problem
+
+
 def test_an_adaptive_softmax_decoder_is_refused():
     from user_dir.options import UsageError
 
