@@ -5,6 +5,8 @@ k + 1 (class, value) pairs, then the loss and the fused output layer with the ke
 conftest.py), so these tests run everywhere Triton is installed; with CUDA they also run compiled on the GPU."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -52,16 +54,11 @@ def test_kernel_matches_the_pytorch_rows(n, v, k, smoothing):
     assert_same_rows(z, target, k, smoothing)
 
 
-def swept_rows(**options):
-    """The row kernel's launch with ``options``, and the list its calls append their (N,) tensors to: which rows the
+def swept_rows(n: int, **options):
+    """The row kernel's launch for ``n`` rows with ``options``, and the (N,) tensor it sets to which rows the
     merging sweep swept again."""
-    swept = []
-
-    def run(z, target, k, smoothing, want_grad):
-        swept.append(torch.full((z.shape[0],), -1, dtype=torch.int32, device=z.device))
-        return kernels.sparse_softmax_chunk_triton(z, target, k, smoothing, want_grad, swept=swept[-1],
-                                                   **options)
-    return run, swept
+    swept = torch.full((n,), -1, dtype=torch.int32, device=KERNEL_DEVICE)
+    return functools.partial(kernels.sparse_softmax_chunk_triton, swept=swept, **options), swept
 
 
 def sorted_rows(order: str, lanes: int):
@@ -88,9 +85,9 @@ def top_three_in_one_lane(z: torch.Tensor, lanes: int) -> torch.Tensor:
 def test_the_lanes_alone_across_many_blocks(order):
     """Small blocks, so that a row spans many; no lane holds three of a sorted row's top 10, so the lanes decide
     every row."""
-    score, swept = swept_rows(tiles=Tiles(sparse_block=16))
+    score, swept = swept_rows(5, tiles=Tiles(sparse_block=16))
     assert_same_rows(*sorted_rows(order, 16), 10, 0.0, score)
-    assert swept[0].tolist() == [0] * 5
+    assert swept.tolist() == [0] * 5
 
 
 @pytest.mark.parametrize("order", ["ascending", "descending", "random"])
@@ -100,9 +97,9 @@ def test_the_merging_sweep_across_many_blocks(order, insert_limit):
     every block, descending ones at the first alone; they are merged by sorting (limit 0), by insertion (64: a
     block's every column) or by either."""
     z, target = sorted_rows(order, 16)
-    score, swept = swept_rows(tiles=Tiles(sparse_block=16, insert_limit=insert_limit))
+    score, swept = swept_rows(5, tiles=Tiles(sparse_block=16, insert_limit=insert_limit))
     assert_same_rows(top_three_in_one_lane(z, 16), target, 10, 0.0, score)
-    assert swept[0].tolist() == [1] * 5
+    assert swept.tolist() == [1] * 5
 
 
 def test_the_merging_sweep_is_taken_exactly_where_the_lanes_may_miss():
@@ -115,9 +112,9 @@ def test_the_merging_sweep_is_taken_exactly_where_the_lanes_may_miss():
     z[3, 2] = 0.5
     target = torch.randint(0, 64, (6,), generator=g)
     target[3] = 2
-    score, swept = swept_rows(tiles=Tiles(sparse_block=16))
+    score, swept = swept_rows(6, tiles=Tiles(sparse_block=16))
     assert_same_rows(z, target, 10, 0.0, score)
-    assert swept[0].tolist() == [0, 1, 0, 1, 0, 0]
+    assert swept.tolist() == [0, 1, 0, 1, 0, 0]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
