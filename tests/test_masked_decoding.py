@@ -21,6 +21,7 @@ from conftest import logged  # noqa: E402
 from fairseq import utils  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.search import BeamSearch  # noqa: E402
+from fairseq.token_generation_constraints import pack_constraints  # noqa: E402
 
 from sparse_softmax.decoding import TokenSets, restrict, source_vocab, support  # noqa: E402
 from user_dir.search import MaskedBeamSearch  # noqa: E402
@@ -168,9 +169,10 @@ def _task(**options) -> SparseSeq2SeqTask:
     return SparseSeq2SeqTask(SparseSeq2SeqConfig(**options), D, D)
 
 
-def _decode(script, sources, task_options=None, prefix=None, device="cpu", search=None, **generation):
+def _decode(script, sources, task_options=None, prefix=None, device="cpu", search=None, forced=None, **generation):
     """[[(symbols, positional scores, score), ...best first] per source], decoded on ``device``; with ``search`` (a
-    subclass of the task's search class), by that class in place of the task's."""
+    subclass of the task's search class), by that class in place of the task's; ``forced``: packed lexical
+    constraints for ``constraints=...`` searches."""
     task = _task(**(task_options or {}))
     model = scripted_model.model(D, script).to(device)
     args = Namespace(**{"beam": 2, "unnormalized": True, "max_len_b": 10, **generation})
@@ -179,8 +181,8 @@ def _decode(script, sources, task_options=None, prefix=None, device="cpu", searc
         assert isinstance(generator.search, search.__base__)
         generator.search.__class__ = search  # this generator's search only, its state as the task made it
     sample = utils.apply_to_sample(lambda t: t.to(device), scripted_model.sample(D, sources))
-    prefix = prefix.to(device) if prefix is not None else None
-    hypos = task.inference_step(generator, [model], sample, prefix_tokens=prefix)
+    prefix, forced = (x.to(device) if x is not None else None for x in (prefix, forced))
+    hypos = task.inference_step(generator, [model], sample, prefix_tokens=prefix, constraints=forced)
     return [
         [(tuple(D[t] for t in h["tokens"].tolist()), h["positional_scores"].tolist(), h["score"].item()) for h in hs]
         for hs in hypos
@@ -423,6 +425,22 @@ def test_other_search_strategies_are_refused(generation, flags):
                                   f"{flags}. For top-k sampling use --sampling --sampling-topk K instead of "
                                   "--decoding-topk.")
     _task().build_generator([model], Namespace(beam=2, **generation))  # without masking: fairseq's own
+
+
+def _f_script(src, prefix):
+    return {(): {"a": 0.5, "b": 0.4, "f": 0.1}, ("a",): {"</s>": 0.6, "f": 0.4},
+            ("b",): {"</s>": 0.7, "f": 0.3}}.get(prefix, {"</s>": 1.0})
+
+
+def test_constraints_reach_fairseqs_constrained_search(device):
+    """Without masking the task hands fairseq's own search the lexical constraints: at beam 1, a</s> (.3) unforced,
+    f</s> (.1) with f required (the constrained search meets a constraint as soon as it can)."""
+    (hyps,) = _decode(_f_script, ["a"], device=device, beam=1)
+    assert [h[0] for h in hyps] == [("a", "</s>")]
+    forced = pack_constraints([[torch.tensor([D.index("f")])]])
+    (hyps,) = _decode(_f_script, ["a"], device=device, forced=forced, beam=1, constraints="ordered")
+    assert [h[0] for h in hyps] == [("f", "</s>")]
+    assert hyps[0][2] == pytest.approx(math.log(0.1), abs=1e-6)
 
 
 def test_the_default_search_options_are_plain_beam_search():
