@@ -14,6 +14,7 @@ from fairseq.data import Dictionary, indexed_dataset
 from fairseq.logging import metrics
 from sklearn.metrics import f1_score
 
+from conftest import logged
 from test_criterion_wiring import build
 from user_dir.models.heads import ClassificationHead
 from user_dir.options import UsageError
@@ -290,3 +291,34 @@ def test_token_level_data_needs_bio_tags(tmp_path):
     assert str(refused.value).startswith("--token-level scores entities from BIO tags (B-X, I-X, O); the label "
                                          "dictionary also has ")
     assert str(refused.value).endswith(" (is --ignore-label 'X' right?)")
+
+
+def test_a_label_the_classes_lack_is_refused_for_its_example(tmp_path):
+    """A label line holding a symbol the label dictionary lacks (binarised as <unk>, which is no class) is refused
+    where it is, not trained on as some class."""
+    inputs, labels = data(tmp_path, "single", n=8)
+    labels[5] = "mystery"
+    binarise(labels, tmp_path / "label", "train", task_for(tmp_path, "single").target_dictionary)
+    dataset = task_for(tmp_path, "single").load_dataset("train")
+    assert all(dataset[i]["target"].numel() == 1 for i in (0, 4, 6))
+    with pytest.raises(ValueError) as refused:
+        dataset[5]
+    assert str(refused.value) == (f"{tmp_path / 'label' / 'train'}: example 5 has a label outside the label "
+                                  "dictionary's classes")
+
+
+@pytest.mark.parametrize("more, warned", [(-1, False), (0, True), (1, True)])
+def test_predicting_every_class_is_warned(more, warned, tmp_path, caplog):
+    data(tmp_path, "multi")
+    classes = len(INTENTS[:3]) + 1  # the multi-label sets' intents and the spare class
+    top_n = classes + more
+    task_for(tmp_path, "multi", predict_top_n=top_n)
+    message = f"--predict-top-n {top_n} >= {classes} classes: every class is predicted for every example"
+    assert logged(caplog, "user_dir.tasks.text_classification") == ([message] if warned else [])
+
+
+def test_a_batch_counts_its_sentences(tmp_path):
+    data(tmp_path, "single", n=8)
+    dataset = task_for(tmp_path, "single").load_dataset("train")
+    batch = dataset.collater([dataset[i] for i in range(5)])
+    assert batch["nsentences"] == 5 and batch["ntokens"] == int(batch["net_input"]["src_lengths"].sum())
