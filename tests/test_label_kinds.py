@@ -322,3 +322,13 @@ def test_a_batch_counts_its_sentences(tmp_path):
     dataset = task_for(tmp_path, "single").load_dataset("train")
     batch = dataset.collater([dataset[i] for i in range(5)])
     assert batch["nsentences"] == 5 and batch["ntokens"] == int(batch["net_input"]["src_lengths"].sum())
+
+
+@pytest.mark.parametrize("side", ["input0", "label"])
+def test_a_missing_dictionary_is_named_with_what_writes_it(side, tmp_path):
+    data(tmp_path, "single")
+    (tmp_path / side / "dict.txt").unlink()
+    with pytest.raises(UsageError) as refused:
+        task_for(tmp_path, "single")
+    assert str(refused.value) == (f"{tmp_path / side / 'dict.txt'}: no such file: --task text_classification reads "
+                                  "DATA/input0 and DATA/label (data-prep/prepare_classification.py writes them)")

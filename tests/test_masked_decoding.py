@@ -21,6 +21,7 @@ from conftest import logged  # noqa: E402
 from fairseq import utils  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.search import BeamSearch  # noqa: E402
+from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 from fairseq.token_generation_constraints import pack_constraints  # noqa: E402
 
 from sparse_softmax.decoding import TokenSets, restrict, source_vocab, support  # noqa: E402
@@ -273,6 +274,16 @@ def test_source_vocab_mask_restricts_and_renormalises(device):
     # --source-vocab-allow a: a is always allowed; after b the mass of {</s>, a, c} is 1
     (hyps,) = _decode(_source_script, ["b c"], {"source_vocab_mask": True, "source_vocab_allow": "a"}, device=device)
     assert hyps[0][0] == ("a", "</s>")
+
+
+def test_a_generator_the_task_did_not_build_is_refused():
+    """--source-vocab-mask sets each batch's allowed words on the task's own search: any other generator would
+    decode without the mask, so it is refused by name."""
+    model = scripted_model.model(D, _source_script)
+    with pytest.raises(RuntimeError) as refused:
+        _task(source_vocab_mask=True).inference_step(SequenceGenerator([model], D, beam_size=2), [model],
+                                                     scripted_model.sample(D, ["b c"]))
+    assert str(refused.value) == "--source-vocab-mask needs a generator built by this task's build_generator"
 
 
 def test_source_vocab_mask_with_topk():
