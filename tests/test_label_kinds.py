@@ -16,6 +16,7 @@ from sklearn.metrics import f1_score
 
 from conftest import logged
 from test_criterion_wiring import build
+from sparse_softmax.losses import am_softmax_loss
 from user_dir.models.heads import ClassificationHead
 from user_dir.options import UsageError
 from user_dir.tasks.label_kinds import IGNORE
@@ -78,20 +79,23 @@ def task_for(root: Path, kind: str, **options) -> TextClassificationTask:
 class Encoder(torch.nn.Module):
     """Stands in for the task's encoders: random features of the tokens, and the head the task would add."""
 
-    def __init__(self, task: TextClassificationTask, dim: int = 8, seed: int = 0):
+    def __init__(self, task: TextClassificationTask, dim: int = 8, seed: int = 0, cosine_scale: float | None = None):
         super().__init__()
         torch.manual_seed(seed)
         self.embed = torch.nn.Embedding(len(task.source_dictionary), dim)
         self.classification_heads = torch.nn.ModuleDict({task.cfg.classification_head_name: ClassificationHead(
-            dim, dim, task.num_classes, 0.0, task.labels.token_level)})
+            dim, dim, task.num_classes, 0.0, task.labels.token_level, cosine_scale)})
 
     def forward(self, src_tokens, src_lengths, features_only: bool = False):
-        """Each token's embedding, and at <s>, which a sentence's head reads, their mean over the sentence."""
+        """Each token's embedding, and at <s>, which a sentence's head reads, their mean over the sentence; without
+        ``features_only``, as fairseq's encoders, the words' logits instead."""
         x = self.embed(src_tokens)
-        return torch.cat([x.mean(1, keepdim=True), x[:, 1:]], dim=1), None
+        x = torch.cat([x.mean(1, keepdim=True), x[:, 1:]], dim=1)
+        return (x if features_only else x @ self.embed.weight.T), None
 
     def logits(self, task: TextClassificationTask, sample) -> torch.Tensor:
-        return self.classification_heads[task.cfg.classification_head_name](self(**sample["net_input"])[0])
+        features = self(**sample["net_input"], features_only=True)[0]
+        return self.classification_heads[task.cfg.classification_head_name](features)
 
 
 def examples(task: TextClassificationTask) -> list[dict]:
@@ -332,3 +336,17 @@ def test_a_missing_dictionary_is_named_with_what_writes_it(side, tmp_path):
         task_for(tmp_path, "single")
     assert str(refused.value) == (f"{tmp_path / side / 'dict.txt'}: no such file: --task text_classification reads "
                                   "DATA/input0 and DATA/label (data-prep/prepare_classification.py writes them)")
+
+
+def test_am_softmax_reads_the_cosine_heads_scale(tmp_path):
+    """--classifier cosine: the criterion gets the head's s, and scores AM-softmax on its cosines."""
+    data(tmp_path, "single", n=8)
+    task = task_for(tmp_path, "single", classifier="cosine")
+    model, scale = Encoder(task, cosine_scale=30.0), 30.0  # the head build_model adds with --classifier cosine
+    dataset = task.load_dataset("train")
+    sample = dataset.collater([dataset[i] for i in range(len(dataset))])
+    loss, _, _ = build("am_softmax", task.source_dictionary, task=task, softmax_margin=0.2)(model, sample)
+    with torch.no_grad():
+        cosines = model.logits(task, sample) / scale
+    assert float(loss) == pytest.approx(float(am_softmax_loss(cosines, sample["target"], 0.2, scale, reduction="sum")),
+                                        rel=1e-5)
