@@ -350,3 +350,34 @@ def test_am_softmax_reads_the_cosine_heads_scale(tmp_path):
         cosines = model.logits(task, sample) / scale
     assert float(loss) == pytest.approx(float(am_softmax_loss(cosines, sample["target"], 0.2, scale, reduction="sum")),
                                         rel=1e-5)
+
+
+def test_sizes_and_the_shuffle_follow_the_inputs_and_the_seed(tmp_path):
+    """Batching by --max-tokens reads each example's size (<s>, its words, </s>); the split's order is a shuffle
+    fixed by --seed."""
+    inputs, _ = data(tmp_path, "single")
+    dataset = task_for(tmp_path, "single").load_dataset("train")
+    sizes = [len(line.split()) + 2 for line in inputs]
+    assert [int(dataset.num_tokens(i)) for i in range(len(inputs))] == sizes
+    assert [int(dataset.size(i)) for i in range(len(inputs))] == sizes
+
+    def order(seed: int) -> list[int]:
+        task = task_for(tmp_path, "single")
+        task.cfg.seed = seed
+        return task.load_dataset("train").ordered_indices().tolist()
+
+    assert order(1) == order(1) != order(2) and sorted(order(1)) == list(range(len(inputs)))
+
+
+def test_a_split_that_was_not_binarised_is_named(tmp_path):
+    data(tmp_path, "single")
+    with pytest.raises(UsageError) as refused:
+        task_for(tmp_path, "single").load_dataset("valid")  # label/ has a valid split, input0/ has none
+    assert str(refused.value) == f"no binarised valid split at {tmp_path / 'input0' / 'valid'}.{{bin,idx}}"
+
+
+def test_the_options_own_checks_run(tmp_path):
+    data(tmp_path, "single")
+    with pytest.raises(UsageError) as refused:
+        task_for(tmp_path, "single", cosine_scale=0.0)
+    assert str(refused.value).startswith("--cosine-scale ")

@@ -276,6 +276,13 @@ def test_source_vocab_mask_restricts_and_renormalises(device):
     assert hyps[0][0] == ("a", "</s>")
 
 
+def test_the_task_keeps_both_dictionaries():
+    """fairseq-generate prints the source lines by the task's source dictionary."""
+    src, tgt = scripted_model.dictionary(), scripted_model.dictionary()
+    task = SparseSeq2SeqTask(SparseSeq2SeqConfig(), src, tgt)
+    assert task.source_dictionary is src and task.target_dictionary is tgt
+
+
 def test_a_generator_the_task_did_not_build_is_refused():
     """--source-vocab-mask sets each batch's allowed words on the task's own search: any other generator would
     decode without the mask, so it is refused by name."""
