@@ -381,3 +381,30 @@ def test_the_options_own_checks_run(tmp_path):
     with pytest.raises(UsageError) as refused:
         task_for(tmp_path, "single", cosine_scale=0.0)
     assert str(refused.value).startswith("--cosine-scale ")
+
+
+def labelled(root: Path, labels: list[str]) -> list[str]:
+    """Inputs and these single-label lines under ``root``; the label dictionary's symbols in its order (dict.txt),
+    fairseq-preprocess's padding entries left out."""
+    binarise([" ".join(WORDS[:1 + i % 5]) for i in range(len(labels))], root / "input0", "train")
+    binarise(labels, root / "label", "train")
+    symbols = [line.split()[0] for line in (root / "label" / "dict.txt").read_text().splitlines()]
+    return [s for s in symbols if not s.startswith("madeupword")]
+
+
+@pytest.mark.parametrize("n, more", [(10, ""), (11, " ...")])
+def test_the_class_list_of_a_refusal_stops_at_ten(n, more, tmp_path):
+    classes = labelled(tmp_path, [f"intent{i % n}" for i in range(3 * n)])
+    with pytest.raises(UsageError) as refused:
+        task_for(tmp_path, "single", out_of_scope_label="unknown")
+    assert str(refused.value) == ("--out-of-scope-label unknown: not a class of the label dictionary (its classes: "
+                                  f"{' '.join(classes[:10])}{more})")
+
+
+def test_token_level_refusal_names_five_labels_that_are_no_tags(tmp_path):
+    odd = [s for s in labelled(tmp_path, [f"intent{i % 7}" for i in range(21)] + ["O", "B-LOC"])
+           if s not in ("O", "B-LOC")]
+    with pytest.raises(UsageError) as refused:
+        task_for(tmp_path, "token")
+    assert str(refused.value) == ("--token-level scores entities from BIO tags (B-X, I-X, O); the label dictionary "
+                                  f"also has {', '.join(odd[:5])} (is --ignore-label 'X' right?)")
