@@ -288,15 +288,6 @@ def test_the_number_of_classes_is_checked_against_the_label_dictionary(tmp_path)
     assert str(refused.value) == f"--num-classes 4, but the label dictionary {dictionary} has 5 classes"
 
 
-def test_token_level_data_needs_bio_tags(tmp_path):
-    data(tmp_path, "single")
-    with pytest.raises(UsageError) as refused:
-        task_for(tmp_path, "token")
-    assert str(refused.value).startswith("--token-level scores entities from BIO tags (B-X, I-X, O); the label "
-                                         "dictionary also has ")
-    assert str(refused.value).endswith(" (is --ignore-label 'X' right?)")
-
-
 def test_a_label_the_classes_lack_is_refused_for_its_example(tmp_path):
     """A label line holding a symbol the label dictionary lacks (binarised as <unk>, which is no class) is refused
     where it is, not trained on as some class."""
@@ -322,10 +313,10 @@ def test_predicting_every_class_is_warned(more, warned, tmp_path, caplog):
 
 
 def test_a_batch_counts_its_sentences(tmp_path):
-    data(tmp_path, "single", n=8)
+    inputs, _ = data(tmp_path, "single", n=8)
     dataset = task_for(tmp_path, "single").load_dataset("train")
     batch = dataset.collater([dataset[i] for i in range(5)])
-    assert batch["nsentences"] == 5 and batch["ntokens"] == int(batch["net_input"]["src_lengths"].sum())
+    assert batch["nsentences"] == 5 and batch["ntokens"] == sum(len(line.split()) + 2 for line in inputs[:5])
 
 
 @pytest.mark.parametrize("side", ["input0", "label"])
@@ -342,7 +333,8 @@ def test_am_softmax_reads_the_cosine_heads_scale(tmp_path):
     """--classifier cosine: the criterion gets the head's s, and scores AM-softmax on its cosines."""
     data(tmp_path, "single", n=8)
     task = task_for(tmp_path, "single", classifier="cosine")
-    model, scale = Encoder(task, cosine_scale=30.0), 30.0  # the head build_model adds with --classifier cosine
+    scale = task.cfg.cosine_scale
+    model = Encoder(task, cosine_scale=scale)  # the head build_model adds with --classifier cosine
     dataset = task.load_dataset("train")
     sample = dataset.collater([dataset[i] for i in range(len(dataset))])
     loss, _, _ = build("am_softmax", task.source_dictionary, task=task, softmax_margin=0.2)(model, sample)
