@@ -6,10 +6,10 @@ registers and spills as ``ptxas`` reports them, with how many of its programs an
 
 Each kernel is compiled with the arguments its own launch function passes it, captured instead of launched (bf16
 inputs, the default ``Tiles``, and each alternative: the row kernel also writing which rows it swept again, the AS
-kernel with δ < 1 and δ = 1, both row kernels without a gradient (its pointers None), the sparse layer's backward
-with the weight's gradient by atomic adds or by sorting (deterministic algorithms), and the sorted sum's two
-launches; the row kernel and the backward also at the largest k they take, which asks for the most registers). ``--tuning`` adds the settings tools/kernel_tuning.py
-times. Needs a Triton with its NVIDIA backend (its wheels bring ``ptxas``); exits 1 if
+kernel with δ < 1 and δ = 1, both row kernels without a gradient (its pointers None), the sparse layer's backward with
+the weight's gradient by atomic adds or by sorting (deterministic algorithms), and the sorted sum's two launches; the
+row kernel and the backward also at the largest k they take, which asks for the most registers). ``--tuning`` adds the
+settings tools/kernel_tuning.py times. Needs a Triton with its NVIDIA backend (its wheels bring ``ptxas``); exits 1 if
 a kernel does not compile.
 
     python tools/kernel_compile.py                 # for sm_90 (H100, H200)
