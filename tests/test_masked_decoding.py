@@ -461,6 +461,35 @@ def test_constraints_reach_fairseqs_constrained_search(device):
     assert hyps[0][2] == pytest.approx(math.log(0.1), abs=1e-6)
 
 
+class _CallersGenerator(SequenceGenerator):
+    """A generator class of the caller's own, as fairseq's scorers and hub interface pass one in."""
+
+
+@pytest.mark.parametrize("options", [{}, {"decoding_topk": 2}])
+def test_the_callers_generator_class_and_keywords_reach_fairseq(options):
+    c = D.index("c")
+    generator = _task(**options).build_generator(
+        [scripted_model.model(D, _ranking_script)], Namespace(beam=2), seq_gen_cls=_CallersGenerator,
+        extra_gen_cls_kwargs={"symbols_to_strip_from_output": {c}})
+    assert type(generator) is _CallersGenerator
+    assert c in generator.symbols_to_strip_from_output
+
+
+def test_a_prefix_function_argument_reaches_fairseqs_search_or_is_refused():
+    """Python callers hand ``prefix_allowed_tokens_fn`` to build_generator itself, not in ``args``. Without masking
+    it reaches fairseq's prefix-constrained search: with only a, c and </s> allowed, beam 2 keeps a (.5) and c (.1),
+    and a</s> (.16) beats ac</s> (.15) and c</s> (.1), where plain beam search finds b</s> (.18)."""
+    model = scripted_model.model(D, _ranking_script)
+    allowed = [D.index("a"), D.index("c"), D.eos()]
+    task = _task()
+    generator = task.build_generator([model], Namespace(beam=2, max_len_b=10, unnormalized=True),
+                                     prefix_allowed_tokens_fn=lambda batch, prefix: allowed)
+    (hyps,) = task.inference_step(generator, [model], scripted_model.sample(D, ["a"]))
+    assert [D[t] for t in hyps[0]["tokens"].tolist()] == ["a", "</s>"]
+    with pytest.raises(ValueError, match="not with prefix_allowed_tokens_fn"):
+        _task(decoding_topk=5).build_generator([model], Namespace(beam=2), prefix_allowed_tokens_fn=len)
+
+
 def test_the_default_search_options_are_plain_beam_search():
     model = scripted_model.model(D, _ranking_script)
     _task(decoding_topk=5).build_generator([model], Namespace(beam=2, diverse_beam_groups=-1, diversity_rate=-1.0,
