@@ -520,6 +520,13 @@ def test_the_example_fine_tunes_and_decodes_every_test_source(tmp_path):
     assert not (tmp_path / "refused").exists(), "refused before any work"
 
 
+def test_a_batch_without_labels_is_refused_by_name():
+    """A dataset without a 'labels' column reaches the loss as labels=None: the message says which column."""
+    with pytest.raises(ValueError) as refused:
+        TrainerLoss("as_softmax")(_outputs(2, 5, VOCAB), None)
+    assert str(refused.value) == "as_softmax: the batch has no labels (the Trainer passes the 'labels' column)"
+
+
 def test_a_causal_lms_outputs_without_causal_lm_are_refused():
     """Unshifted, each position would be trained to predict its own token."""
     outputs = CausalLMOutput(logits=_outputs(2, 5, VOCAB)["logits"])
