@@ -308,13 +308,18 @@ def test_ignore_prefix_size_drops_the_first_target_tokens():
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))
 def test_unreduced_losses_are_the_rows_of_the_summed_one(name):
-    """``reduce=False`` (fairseq's per-token scoring): one loss per row, padding 0, summing to the reduced loss."""
+    """``reduce=False`` (fairseq's per-token scoring): one loss and one nll per row, padding 0, summing to the
+    reduced ones."""
     d = dictionary()
     logits, target, sample = batch(d)
     criterion = build(name, d, **OPTIONS[name])
-    rows = criterion(model_at(logits), sample, reduce=False)[0]
+    rows, _, rows_logged = criterion(model_at(logits), sample, reduce=False)
     assert rows.shape == (12,) and (rows[target.reshape(-1) == d.pad()] == 0).all()
-    torch.testing.assert_close(rows.sum(), criterion(model_at(logits), sample)[0], rtol=1e-12, atol=1e-12)
+    loss, _, logged = criterion(model_at(logits), sample)
+    torch.testing.assert_close(rows.sum(), loss, rtol=1e-12, atol=1e-12)
+    if "nll_loss" in logged:  # the logged nll is unreduced too
+        assert rows_logged["nll_loss"].shape == (12,)
+        torch.testing.assert_close(rows_logged["nll_loss"].sum(), logged["nll_loss"], rtol=1e-12, atol=1e-12)
 
 
 def test_reduce_metrics_weights_each_batch_by_its_size():
