@@ -5,7 +5,9 @@ the core a wrong option (1/T for T, no label smoothing, another δ), switches at
 in gives another number. No training: these run in the fast tier."""
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 
 import pytest
 import torch
@@ -13,7 +15,7 @@ from fairseq.criterions import CRITERION_DATACLASS_REGISTRY, CRITERION_REGISTRY
 from fairseq.data import Dictionary
 
 import user_dir  # noqa: F401  (registers the criterions)
-from conftest import logged
+from conftest import ROOT, logged
 from sparse_softmax import losses as L
 from test_fairseq_compat import _LogitsModel, _Task
 
@@ -393,6 +395,18 @@ def test_options_that_make_another_method_are_said_at_start(name, options, same,
     assert logged(caplog, "user_dir.criterions.base") == ([same] if same else [])
 
 
+def test_top_k_is_compared_with_the_classes_not_the_label_dictionary(caplog):
+    """A classification task's label dictionary holds fairseq's special symbols beside the classes, so
+    ``--sparse-topk`` is weighed against the task's ``num_classes``."""
+    d = dictionary()
+    task = _ClassificationTask(d, False)
+    task.num_classes = 5
+    with caplog.at_level("WARNING", logger="user_dir.criterions.base"):
+        build("sparse_softmax", d, task, sparse_topk=5)
+    assert len(d) > 5 and logged(caplog, "user_dir.criterions.base") == [
+        "--sparse-topk 5 >= 5 classes: sparse_softmax keeps every class, so it trains plain softmax cross-entropy"]
+
+
 @pytest.mark.parametrize("name, options, message", [
     ("sparse_softmax", {"sparse_warmup_ratio": 0.1}, "--sparse-warmup-ratio is a fraction of --max-update: set "
                                                      "--max-update"),
@@ -442,10 +456,15 @@ def test_a_criterion_for_the_other_kind_of_labels_is_refused(name, task_multi_la
     assert str(refused.value) == message
 
 
-@pytest.mark.parametrize("name, options", [("multilabel_softmax", {}), ("as_multilabel", {"as_delta": 0.3})])
-def test_multi_label_criteria_are_their_core_loss_on_the_tasks_rows(name, options):
+@pytest.mark.parametrize("name, options, update, delta", [
+    ("multilabel_softmax", {}, 0, None),
+    ("as_multilabel", {"as_delta": 0.3}, 0, 0.3),
+    ("as_multilabel", {"as_delta": 0.3, "as_anneal_ratio": 0.5, "max_update": 10}, 1, 0.86),  # 1.0 → 0.3 over 5
+])
+def test_multi_label_criteria_are_their_core_loss_on_the_tasks_rows(name, options, update, delta):
     """The rows come from the task (``loss_batch``); the loss and AS's masked rows are the core's on multi-hot
-    labels, and no softmax nll is logged (a label set has no single target)."""
+    labels at the schedule's δ, one loss per row under ``reduce=False``, and no softmax nll is logged (a label set
+    has no single target)."""
     g = torch.Generator().manual_seed(5)
     logits = torch.randn(6, V, generator=g, dtype=torch.float64) * 3
     labels = (torch.rand(6, V, generator=g) < 0.3).long()
@@ -455,16 +474,18 @@ def test_multi_label_criteria_are_their_core_loss_on_the_tasks_rows(name, option
     d = dictionary()
     task = _ClassificationTask(d, True, (logits, labels))
     criterion = build(name, d, task, **options)
-    task.sample, task.model = {"ntokens": 6, "nsentences": 6, "target": labels}, model_at(logits)
+    task.sample, task.model = {"ntokens": 6, "nsentences": 6, "target": labels}, model_at(logits, update)
     loss, sample_size, log = criterion(task.model, task.sample)
+    rows = criterion(task.model, task.sample, reduce=False)[0]
     assert sample_size == 6 and "nll_loss" not in log
     if name == "multilabel_softmax":
-        want = L.multilabel_categorical_crossentropy(logits, labels, "sum")
+        want = L.multilabel_categorical_crossentropy(logits, labels, "none")
     else:
-        want, masked = L.as_multilabel_loss(logits, labels, 0.3, "sum", return_masked=True)
+        want, masked = L.as_multilabel_loss(logits, labels, delta, "none", return_masked=True)
         assert int(log["n_masked"]) == int(masked) >= 1
-        assert float(log["delta_x_rows"]) == pytest.approx(0.3 * 6)
-    torch.testing.assert_close(loss, want, rtol=1e-12, atol=1e-12)
+        assert float(log["delta_x_rows"]) == pytest.approx(delta * 6)
+    torch.testing.assert_close(rows, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(loss, want.sum(), rtol=1e-12, atol=1e-12)
 
 
 # ---------------------------------------------------------------------- --fused-output-layer
@@ -501,8 +522,8 @@ class _FeaturesModel(torch.nn.Module):
 ])
 def test_the_fused_output_layer_is_the_core_loss_of_the_projected_features(name, options, update):
     """With --fused-output-layer the criterion scores the decoder's features through its output projection: the
-    loss, its gradient (features, weight, bias), the nll and every logged count are those of the core loss on
-    the logits the projection makes (in a warm-up: the softmax)."""
+    loss, its gradient (features, weight, bias), the nll, every logged count and the rows under ``reduce=False``
+    are those of the core loss on the logits the projection makes (in a warm-up: the softmax)."""
     d = dictionary()
     _, target, sample = batch(d)
     g = torch.Generator().manual_seed(3)
@@ -534,6 +555,10 @@ def test_the_fused_output_layer_is_the_core_loss_of_the_projected_features(name,
     assert log.keys() == unfused.keys()
     for key in log.keys() - {"loss", "nll_loss"}:
         assert float(log[key]) == pytest.approx(float(unfused[key]), rel=1e-10), key
+    rows = build(name, d, fused_output_layer=True, **options)(
+        _FeaturesModel(features, projection, source, update), sample, reduce=False)[0]
+    unfused_rows = build(name, d, **options)(model_at(projection(features).detach(), update), sample, reduce=False)[0]
+    torch.testing.assert_close(rows, unfused_rows, rtol=1e-10, atol=1e-12)  # fairseq's per-token scoring
 
 
 def test_the_fused_output_layer_refuses_what_it_cannot_score():
@@ -623,6 +648,28 @@ def test_the_margin_and_order_fields_refuse_what_the_losses_do_not_define(name, 
     with pytest.raises(UsageError) as refused:
         build(name, dictionary(), **options)
     assert str(refused.value) == message
+
+
+def test_the_documented_defaults_are_the_configs():
+    """docs/criterions.md's table gives each criterion's options with their defaults (``--flag value``): they are
+    its config's."""
+    table = (ROOT / "docs" / "criterions.md").read_text().split("| `--criterion` |")[1].split("\n\n")[0]
+    checked = set()
+    for row in table.splitlines()[2:]:
+        cells = row.strip(" |").split(" | ")
+        criterions, options = cells[0], cells[-1]
+        for name in re.findall(r"`(\w+)`", criterions):
+            if name in ("cross_entropy", "label_smoothed_cross_entropy"):  # fairseq's own
+                continue
+            defaults = {f.name: f.default for f in dataclasses.fields(CRITERION_DATACLASS_REGISTRY[name])}
+            for flag, value in re.findall(r"`--([\w-]+) ([\w.]+)", options):
+                if flag == "cosine-scale":  # the model's and the task's option
+                    continue
+                default = defaults[flag.replace("-", "_")]
+                assert (default == float(value)) if isinstance(default, (int, float)) else default == value, \
+                    f"{name} --{flag}: the docs say {value}, the config {default}"
+                checked.add((name, flag))
+    assert len(checked) == 17, sorted(checked)  # every `--flag value` of the table
 
 
 def test_am_softmax_without_cosine_logits_is_refused():
