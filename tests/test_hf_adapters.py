@@ -113,8 +113,10 @@ def test_multi_label_items_are_rows():
     labels = (torch.rand(4, 6) < 0.4).float()
     labels[:, 0] = 1.0
     loss = TrainerLoss("multilabel_softmax")({"logits": logits}, labels, torch.tensor(4 * 6 * 2))  # 8 rows counted
-    expected = losses.multilabel_categorical_crossentropy(logits, labels, "sum") / 8
-    assert loss == pytest.approx(expected.item())
+    total = losses.multilabel_categorical_crossentropy(logits, labels, "sum")
+    assert loss == pytest.approx(total.item() / 8)
+    # without a count (evaluation): the mean over the 4 rows
+    assert TrainerLoss("multilabel_softmax")({"logits": logits}, labels) == pytest.approx(total.item() / 4)
 
 
 @pytest.mark.parametrize("name, options, message", [
@@ -213,11 +215,16 @@ class _Batches(torch.utils.data.Dataset):
         return self.rows[i]
 
 
+#: what the callbacks add to a training record
+ADDED = {"as_delta", "masked_ratio", "flat_slope", "accum_steps"}
+
+
 class _Record(TrainerCallback):
-    """Micro-batches per update and the accumulation setting each update started with."""
+    """Micro-batches per update and the accumulation setting each update started with; the training records the
+    progress printer is given (after the callbacks under test)."""
 
     def __init__(self):
-        self.updates, self.micro, self.started_with = [], 0, None
+        self.updates, self.micro, self.started_with, self.printed = [], 0, None, []
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.started_with = args.gradient_accumulation_steps
@@ -228,6 +235,10 @@ class _Record(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         self.updates.append((self.micro + 1, self.started_with))
         self.micro = 0
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if "loss" in logs:
+            self.printed.append(dict(logs))
 
 
 def _train(model, rows, loss, *callbacks, steps=12, batch=4, lr=3e-3, accumulation=1, epochs=None, tmp_path=None,
@@ -242,6 +253,8 @@ def _train(model, rows, loss, *callbacks, steps=12, batch=4, lr=3e-3, accumulati
                      callbacks=[*callbacks, record])
     runner.train()
     logs = [r for r in runner.state.log_history if "loss" in r]
+    for kept, printed in zip(logs, record.printed, strict=True):  # the printed line shows what the history keeps
+        assert {key: printed.get(key) for key in kept.keys() & ADDED} == {key: kept[key] for key in kept.keys() & ADDED}
     return logs, record.updates
 
 
@@ -469,10 +482,17 @@ def test_topk_of_the_whole_vocabulary_changes_nothing():
     assert torch.allclose(kept.logsumexp(-1), torch.zeros(6), atol=1e-6) and ((kept > -math.inf).sum(-1) == 3).all()
 
 
+def test_topk_refuses_a_k_below_one():
+    with pytest.raises(ValueError) as refused:
+        TopKRenormalise(0)
+    assert str(refused.value) == "k must be >= 1, got 0"
+
+
 def test_source_mask_refuses_a_batch_it_was_not_given():
-    mask = SourceVocabularyMask(torch.tensor([[4, 5], [6, 7]]), pad_token_id=1)
-    with pytest.raises(ValueError, match="3 rows of scores for 2 sources"):
+    mask = SourceVocabularyMask(torch.tensor([[4, 5, 6], [6, 7, 8]]), pad_token_id=1)  # 2 sources of 3 tokens
+    with pytest.raises(ValueError) as refused:
         mask(None, torch.zeros(3, 10))
+    assert str(refused.value) == "3 rows of scores for 2 sources: give the processor the batch generate() was given"
 
 
 # ---------------------------------------------------------------- the example
@@ -542,11 +562,25 @@ def test_a_causal_lms_outputs_without_causal_lm_are_refused():
     ("as_softmax", {"delta": "x"}, "as_softmax: delta must be a number, got 'x'"),
     ("as_softmax", {"delta": 1.5}, r"as_softmax: delta must be in \[0, 1\], got 1.5"),
     ("sparse_softmax", {"warmup_ratio": 1.5}, r"sparse_softmax: warmup_ratio must be in \[0, 1\], got 1.5"),
+    ("sparse_softmax", {"warmup_ratio": "0.5"}, "sparse_softmax: warmup_ratio must be a number, got '0.5'"),
+    ("as_softmax", {"anneal_ratio": 1.5}, r"as_softmax: anneal_ratio must be in \[0, 1\], got 1.5"),
+    ("as_softmax", {"anneal_ratio": 0.5, "anneal_from": 2.0}, r"as_softmax: anneal_from must be in \[0, 1\], got 2.0"),
     ("softmax", {"label_smoothing": True}, "softmax: label_smoothing must be a number, got True"),
 ])
 def test_options_are_checked_when_the_loss_is_built(name, options, message):
     with pytest.raises(ValueError, match=message):
         TrainerLoss(name, **options)
+
+
+@pytest.mark.parametrize("name, options", [("sparse_softmax", {"warmup_ratio": 0.5}),
+                                           ("as_softmax", {"anneal_ratio": 0.5})])
+def test_a_schedule_without_its_callback_is_refused_naming_it(name, options):
+    """A warm-up or an annealing reads the update count that ``LossScheduleCallback`` gives the loss: without it,
+    the first batch is refused."""
+    with pytest.raises(RuntimeError) as refused:
+        TrainerLoss(name, **options)(_outputs(3, 7, VOCAB), _labels(3, 7, VOCAB), torch.tensor(18))
+    assert str(refused.value) == (f"{name}: a warm-up or annealing needs the update count: pass "
+                                  "callbacks=[LossScheduleCallback(loss)] to the Trainer")
 
 
 TWO_PROCESSES = """

@@ -21,17 +21,17 @@ from sparse_softmax.hf import FusedTrainerLoss, LossScheduleCallback, TrainerLos
 from test_hf_adapters import _token_rows, _train  # noqa: E402
 
 VOCAB = 97
-SEQ2SEQ = ("t5", "bert2bert", "bart", "marian")
+SEQ2SEQ = ("t5", "bert2bert", "bart", "marian", "bart+bias")
 SMALL = dict(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
              num_key_value_heads=1)
 
 
 def model_of(family: str, seed: int = 0):
-    """A tiny random model of ``family`` in float32, without dropout; "llama+bias": with a bias in its output layer
-    (which none of the families has, but a fine-tuned head may)."""
+    """A tiny random model of ``family`` in float32, without dropout; "llama+bias", "bart+bias": with a bias in its
+    output layer (which none of the families has, but a fine-tuned head may; BART's adds final_logits_bias to it)."""
     torch.manual_seed(seed)
-    if family == "llama+bias":
-        model = model_of("llama", seed)
+    if family.endswith("+bias"):
+        model = model_of(family.removesuffix("+bias"), seed)
         model.lm_head = torch.nn.Linear(16, VOCAB, bias=True)
         return model
     if family == "gpt2":
@@ -107,6 +107,20 @@ def test_loss_and_every_gradient_equal_the_unfused_loss(family, name, options):
         torch.testing.assert_close(value.double(), unfused.totals[key].double(), msg=key, rtol=1e-5, atol=1e-6)
 
 
+def test_a_bias_of_the_output_layer_adds_to_final_logits_bias():
+    """BART adds ``final_logits_bias`` to its output layer's logits, and a fine-tuned output layer may have a bias of
+    its own: the fused layer scores with both, and the layer's bias gets its gradient."""
+    model = model_of("bart+bias")
+    reference = copy.deepcopy(model)
+    inputs, labels = batch_of("bart+bias")
+    got = FusedTrainerLoss(model, "softmax")(model(**inputs), labels, 17)
+    want = TrainerLoss("softmax")(reference(**inputs), labels, 17)
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(model.lm_head.bias.grad, reference.lm_head.bias.grad)
+
+
 @pytest.mark.filterwarnings("ignore:Version v4.12.0 introduces:FutureWarning")  # EncoderDecoderModel, labels given
 @pytest.mark.parametrize("family", FAMILIES)
 def test_cross_entropy_equals_the_models_own_loss(family):
@@ -135,6 +149,26 @@ def test_evaluation_generation_and_the_weights_are_untouched():
     assert model.generate(inputs["input_ids"], generation_config=config).tolist() == plain.generate(
         inputs["input_ids"], generation_config=config).tolist()
     assert model.state_dict().keys() == plain.state_dict().keys()
+
+
+def test_a_bfloat16_hidden_state_is_scored_in_the_output_layers_dtype():
+    """Under autocast (a Trainer's ``bf16=True``) a BERT decoder's prediction head hands a bfloat16 hidden state to
+    its float32 output layer: the fused loss scores it in the layer's dtype, and its loss and the output layer's
+    gradient are the unfused loss's up to bfloat16's precision."""
+    model = model_of("bert")
+    reference = copy.deepcopy(model)
+    inputs, labels = batch_of("bert")
+    fused = FusedTrainerLoss(model, "softmax")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        outputs = model(**inputs)
+        got = fused(outputs, labels, 17)
+        want = TrainerLoss("softmax", causal_lm=True)(reference(**inputs), labels, 17)
+    assert outputs.logits.dtype == torch.bfloat16 and model.get_output_embeddings().weight.dtype == torch.float32
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=0)
+    grads = [m.get_output_embeddings().weight.grad for m in (model, reference)]
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=1e-2 * float(grads[1].abs().max()))
 
 
 def _encoder_decoder(decoder):
@@ -275,6 +309,9 @@ def test_final_logits_bias_is_back_after_every_forward():
     model.to(torch.float64).to(torch.float32)  # as a Trainer moves a model after the loss is made: a new buffer
     bias = model.final_logits_bias
     inputs, _ = batch_of("bart")
+    with torch.no_grad():  # an evaluation before any training forward (Trainer.evaluate() first)
+        torch.testing.assert_close(model(**inputs).logits, plain(**inputs).logits)
+    assert model.final_logits_bias is bias
     assert model(**inputs).logits.shape[-1] == 16 and model.final_logits_bias is bias
     with pytest.raises(RuntimeError):  # float token ids: the embedding fails inside the forward
         model(**{**inputs, "input_ids": inputs["input_ids"].float()})

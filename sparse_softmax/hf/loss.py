@@ -73,7 +73,7 @@ DEFAULTS = {"sparse_softmax": {"k": 10}, "as_softmax": {"delta": 0.3}, "as_multi
 
 def _options(function) -> set[str]:
     """The keyword options of a loss function (what follows logits, target, ignore_index and reduction)."""
-    fixed = {"logits", "cosine", "target", "labels", "ignore_index", "reduction", "return_masked"}
+    fixed = {"logits", "cosine", "target", "labels", "ignore_index", "reduction"}
     return {name for name in inspect.signature(function).parameters if name not in fixed}
 
 
