@@ -12,6 +12,7 @@ import pytest
 import torch
 from fairseq.data import Dictionary, indexed_dataset
 from fairseq.logging import metrics
+from omegaconf import OmegaConf
 from sklearn.metrics import f1_score
 
 from conftest import logged
@@ -342,6 +343,38 @@ def test_am_softmax_reads_the_cosine_heads_scale(tmp_path):
         cosines = model.logits(task, sample) / scale
     assert float(loss) == pytest.approx(float(am_softmax_loss(cosines, sample["target"], 0.2, scale, reduction="sum")),
                                         rel=1e-5)
+
+
+@pytest.mark.parametrize("kind, options", [
+    ("single", {}),
+    ("token", {"classifier": "cosine", "classifier_inner_dim": 1, "classifier_dropout": 0.2, "cosine_scale": 12.0,
+               "classification_head_name": "tags"}),
+])
+def test_build_model_adds_the_head_its_options_ask_for(kind, options, tmp_path):
+    """The encoder (a real ``text_encoder``) gets one head, named by --classification-head-name: from the features
+    through --classifier-inner-dim (-1: the features' width; 1 is its least) to the task's classes, with
+    --classifier-dropout, per token for token-level data, and cosine logits at --cosine-scale with --classifier
+    cosine."""
+    data(tmp_path, kind, n=8)
+    task = task_for(tmp_path, kind, **options)
+    model = task.build_model(OmegaConf.create({"_name": "text_encoder", "encoder_layers": 1, "encoder_embed_dim": 8,
+                                               "encoder_ffn_embed_dim": 8, "encoder_attention_heads": 2}))
+    name = options.get("classification_head_name", "text_classification_head")
+    assert list(model.classification_heads) == [name]
+    head = model.classification_heads[name]
+    assert (head.dense.in_features, head.dense.out_features) == (8, options.get("classifier_inner_dim", 8))
+    assert head.dropout.p == options.get("classifier_dropout", 0.1)
+    assert head.cosine_scale == options.get("cosine_scale")
+    logits = head(torch.randn(2, 3, 8))
+    assert logits.shape == ((2, 3) if kind == "token" else (2,)) + (task.num_classes,)
+
+
+def test_a_model_without_classification_heads_is_refused(tmp_path):
+    data(tmp_path, "single", n=8)
+    with pytest.raises(UsageError) as refused:
+        task_for(tmp_path, "single").build_model(OmegaConf.create({"_name": "transformer_tiny"}))
+    assert str(refused.value) == ("--arch transformer_tiny: --task text_classification needs a model with "
+                                  "classification heads (roberta_*, text_encoder or hf_encoder)")
 
 
 def test_sizes_and_the_shuffle_follow_the_inputs_and_the_seed(tmp_path):
