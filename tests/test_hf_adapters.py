@@ -618,7 +618,7 @@ def test_as_speed_takes_the_same_steps_on_two_processes(tmp_path):
         port = s.getsockname()[1]
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                            str(port), tmp_path / "two.py", tmp_path], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(ROOT / "tests")})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])})
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["updates"] == ranks[1]["updates"] and max(m for m, _ in ranks[0]["updates"]) > 1, ranks

@@ -284,7 +284,7 @@ def test_two_processes_make_the_updates_of_one_with_the_same_global_batch(tmp_pa
 
     skip_in_fast_tier("torchrun")
     (tmp_path / "two.py").write_text(TWO_PROCESSES)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
