@@ -122,8 +122,8 @@ def adapt(args) -> dict:
     if args.valid_lines >= len(texts):
         raise UserInputError(f"--valid-lines {args.valid_lines}: the --text files have only {len(texts)} "
                              "non-empty lines, and training needs some")
+    torch.manual_seed(args.seed)  # before loading: a missing head's weights are drawn as the model loads
     tokenizer, model = load(args.model)
-    torch.manual_seed(args.seed)
     head = [p for name, p in model.named_parameters() if not name.startswith("bert.")]  # the tied weights are bert's
     for p in model.parameters():
         p.requires_grad_(False)
@@ -198,7 +198,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--valid-lines", type=int, default=500,
                         help="lines held out to score the head before and after (default: %(default)s)")
     parser.add_argument("--log-interval", type=int, default=100, help="steps between printed lines")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1,
+                        help="fixes a new head's initial weights, the held-out lines and masks and the order of the "
+                             "training texts (default: %(default)s)")
     parser.add_argument("--overwrite", action="store_true", help="write into OUT even if it is not empty")
     args = parser.parse_args(argv)
     for name in ("steps", "batch_size", "max_tokens", "log_interval"):

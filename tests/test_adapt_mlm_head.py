@@ -80,6 +80,23 @@ def test_a_checkpoint_without_a_head_gets_one_that_hf_unilm_loads(tmp_path):
         assert torch.equal(value, encoder[name]), name
 
 
+def test_the_seed_fixes_a_new_heads_weights(tmp_path):
+    """A checkpoint without a head gets one drawn as it loads: the same --seed gives the same adapted head."""
+    bert = write_tiny_bert(tmp_path / "bert")
+    text = write_text(tmp_path / "train.txt", 50)
+    heads = []
+    for run, seed in enumerate(["1", "1", "2"]):
+        run_script("scripts/adapt_mlm_head.py", bert, tmp_path / f"out{run}", "--text", text, "--steps", "1",
+                   "--valid-lines", "5", "--seed", seed)
+        heads.append({name: value for name, value in masked_lm(tmp_path / f"out{run}").state_dict().items()
+                      if name.startswith("cls.predictions.transform.dense.")})
+    assert heads[0].keys() == heads[2].keys() and heads[0]
+    for name in heads[0]:
+        assert torch.equal(heads[0][name], heads[1][name]), f"{name}: seed 1 twice, two heads"
+    assert not torch.equal(heads[0]["cls.predictions.transform.dense.weight"],
+                           heads[2]["cls.predictions.transform.dense.weight"])
+
+
 @pytest.mark.parametrize("case, message", [
     ("no model", r"nowhere: no config.json"),
     ("no text", r"--text .*missing.txt: no such file"),
