@@ -53,9 +53,9 @@ def test_each_run_trains_from_its_head(run):
     fresh = (work / "label_smoothing-seed1" / "train.log").read_text()
     adapted = (work / "sparse_softmax+head-seed1" / "train.log").read_text()
     assert "hf_unilm: a fresh (randomly initialised) MLM head transform" in fresh
-    assert "hf_unilm: the checkpoint MLM head transform" in adapted and str(work / "head-adapted") in adapted
-    head = json.loads((work / "head-adapted" / "head_adaptation.json").read_text())
-    assert head["steps"] == experiment.SCALES["tiny"]["head_steps"]
+    assert "hf_unilm: the checkpoint MLM head transform" in adapted and str(work / "head-adapted-seed1") in adapted
+    head = json.loads((work / "head-adapted-seed1" / "head_adaptation.json").read_text())
+    assert head["steps"] == experiment.SCALES["tiny"]["head_steps"] and head["seed"] == 1
     assert head["text"] == [str(run["data"] / "train.src"), str(run["data"] / "train.tgt")]
 
 
@@ -83,6 +83,7 @@ def test_results_compare_each_loss_and_head(run):
     assert "| sparse_softmax+head − label_smoothing |" not in text, "compared with label smoothing on its own head"
     assert "data: gigaword in harvardnlp's layout" in text.lower() and "- valid: 6 pairs in, 6 written" in text
     assert "- train: 40 pairs in, 34 written (1 <unk> written as UNK; 6 held out as the valid split" in text
+    assert "- seed 1's adapted head (`+head`, `adapt_mlm_head.py --seed 1`): 4 steps" in text
     assert (run["out"] / "curves.png").stat().st_size > 0
 
 

@@ -14,7 +14,8 @@ Data. harvardnlp's layout (``train/train.{article,title}.txt``, ``Giga/{input,ta
 Heads. The checkpoint is a sentence-embedding encoder without an MLM head: ``--arch hf_unilm`` gives it a fresh
 one, whose top 10 is arbitrary at first, while the paper's UniLM starts from a head that ranks the vocabulary.
 ``adapted`` runs start from the checkpoint with its head trained on masked-LM over the training split's sources
-and headlines (the encoder and embeddings frozen; once, with seed 1, shared by every adapted run).
+and headlines (the encoder and embeddings frozen; once per seed, with that seed, shared by the seed's adapted runs:
+the head's initial draw varies with the seed as the rest of a run does).
 
 Scoring. ROUGE F1 as UniLM scores Gigaword: rouge-score with the Porter stemmer (ROUGE-1.5.5 ``-m``), the mean of
 per-example scores, hypotheses and references lower-cased, a generated ``<unk>`` written ``UNK`` as the references
@@ -103,15 +104,21 @@ def prepare(args) -> dict:
             "test": summary["binarised_sentences"]["test"]}
 
 
-def adapted_head(args, data: dict) -> Path:
-    """The checkpoint with its head adapted on the training split's text (made once, by the first run that needs
-    it; ``head_adaptation.json`` is its record)."""
-    folder = args.out / "work" / "head-adapted"
+def head_folder(args, seed: int) -> Path:
+    """Where seed ``seed``'s adapted checkpoint is made; ``head_adaptation.json`` in it is its record."""
+    return args.out / "work" / f"head-adapted-seed{seed}"
+
+
+def adapted_head(args, data: dict, seed: int) -> Path:
+    """The checkpoint with its head adapted on the training split's text with ``seed`` (made once, by the seed's
+    first run that needs it)."""
+    folder = head_folder(args, seed)
     if not (folder / "model.safetensors").exists():
         folder.mkdir(parents=True, exist_ok=True)
         run([sys.executable, ROOT / "scripts" / "adapt_mlm_head.py", args.model_dir, folder, "--text",
              data["folder"] / "train.src", data["folder"] / "train.tgt", "--steps", SCALES[args.scale]["head_steps"],
-             "--valid-lines", SCALES[args.scale]["head_valid"], "--overwrite"], folder.parent / "head-adapted.log")
+             "--valid-lines", SCALES[args.scale]["head_valid"], "--seed", seed, "--overwrite"],
+            folder.with_suffix(".log"))
     return folder
 
 
@@ -130,7 +137,7 @@ def train_and_test(args, data: dict, method: str, seed: int) -> dict:
     updates = args.updates or scale["updates"]
 
     def train(folder: Path) -> None:
-        model = adapted_head(args, data) if method.endswith(ADAPTED) else args.model_dir
+        model = adapted_head(args, data, seed) if method.endswith(ADAPTED) else args.model_dir
         generation_runs.fairseq_train(data["bin"], folder, seed, updates, generation_runs.unilm_flags(
             model, METHODS[method], args.lr or scale["lr"], min(scale["warmup"], updates), updates, scale["batch"],
             scale["device"]), log_interval=20)
@@ -164,15 +171,16 @@ def data_notes(args, data: dict) -> str:
     seen = updates * scale["batch"]
     lines.append(f"- training: {updates:,} updates of {scale['batch']} pairs = {seen / splits['train']['written']:.1f} "
                  f"epochs, peak learning rate {args.lr or scale['lr']:g}; the last checkpoint is decoded")
-    head = args.out / "work" / "head-adapted" / "head_adaptation.json"
-    if head.exists():
-        record = json.loads(head.read_text(encoding="utf-8"))
-        before, after = record["before"], record["after"]
-        lines.append(f"- adapted head (`+head`): {record['steps']} steps of {record['batch_size']} lines of the train "
-                     f"split's sources and headlines, {record['seconds']:.0f} s; masked-LM on "
-                     f"{record['held_out_lines']} "
-                     f"held-out lines: loss {before['loss']:.2f} → {after['loss']:.2f} nats, accuracy "
-                     f"{before['accuracy']:.1f} → {after['accuracy']:.1f} %")
+    for seed in args.seeds:
+        head = head_folder(args, seed) / "head_adaptation.json"
+        if head.exists():
+            record = json.loads(head.read_text(encoding="utf-8"))
+            before, after = record["before"], record["after"]
+            lines.append(f"- seed {seed}'s adapted head (`+head`, `adapt_mlm_head.py --seed {record['seed']}`): "
+                         f"{record['steps']} steps of {record['batch_size']} lines of the train split's sources and "
+                         f"headlines, {record['seconds']:.0f} s; masked-LM on {record['held_out_lines']} held-out "
+                         f"lines: loss {before['loss']:.2f} → {after['loss']:.2f} nats, accuracy "
+                         f"{before['accuracy']:.1f} → {after['accuracy']:.1f} %")
     return "\n".join(lines) + "\n"
 
 
