@@ -298,24 +298,31 @@ def differences(bench: Benchmark, results: dict[str, list[dict]]) -> str:
         for method, runs in results.items() if method != "softmax"])
 
 
+def time_ratio(runs: list[dict], baseline: list[dict]) -> str:
+    """The mean over the seeds both have of ``runs``' seconds of training over ``baseline``'s on the same seed
+    (seeds added later may run on a machine of another speed, so a ratio of means over unequal seeds would mix
+    machines); "–" without a shared seed timed above 0."""
+    base = {r["seed"]: r["train_seconds"] for r in baseline}
+    ratios = [r["train_seconds"] / base[r["seed"]] for r in runs if base.get(r["seed"])]
+    return f"{statistics.mean(ratios):.2f}" if ratios else "–"
+
+
 def training_times(results: dict[str, list[dict]]) -> str:
     """Each method's seconds of training (validations and checkpoints excluded), relative to softmax's and, where
     it ran, as_softmax's (the ratio AS-Speed is about), with the updates made and the sentences seen."""
-    def seconds(method: str) -> float:
-        return statistics.mean(r["train_seconds"] for r in results[method])
-
     base = [m for m in ("softmax", "as_softmax") if m in results]
     rows = ["| method | s of training | " + " | ".join(f"× {m}" for m in base) + " | updates | sentences seen |",
             "|---|---|" + "---|" * len(base) + "---|---|"]
     for method, runs in results.items():
         rows.append(f"| {method} | {mean_sd([r['train_seconds'] for r in runs], digits=0)} | "
-                    + " | ".join(f"{seconds(method) / seconds(m):.2f}" if seconds(m) else "–" for m in base)
+                    + " | ".join(time_ratio(runs, results[m]) for m in base)
                     + f" | {statistics.mean(r['updates'] for r in runs):.0f} "
                     f"| {statistics.mean(r['sentences_seen'] for r in runs):,.0f} |")
     load = max(r["load_before"] for runs in results.values() for r in runs)
     return "\n".join(["Training time (fairseq's train_wall summed over the epochs: the updates alone, whole seconds "
-                      "an epoch; mean ± sd over seeds, ratios of the means; the runs went one at a time, the "
-                      f"1-minute load average before each at most {load:.2f} on {os.cpu_count()} cores):", "", *rows])
+                      "an epoch; mean ± sd over seeds; each ratio is the mean over the seeds both methods ran of "
+                      "the ratio on a seed; the runs went one at a time, the 1-minute load average before each at "
+                      f"most {load:.2f} on {os.cpu_count()} cores):", "", *rows])
 
 
 def plot(bench: Benchmark, results: dict[str, list[dict]], path: Path, train_sentences: int) -> None:

@@ -69,6 +69,17 @@ def test_training_time_is_the_epochs_train_wall_and_the_table_gives_its_ratios(e
     assert cells[4:] == [str(runs["as_softmax+as_speed"]["updates"]), "360"]
 
 
+def test_a_time_ratio_pairs_runs_by_seed():
+    from classification_runs import time_ratio  # experiments/
+
+    baseline = [{"seed": 1, "train_seconds": 100.0}, {"seed": 2, "train_seconds": 200.0}]
+    runs = [{"seed": 2, "train_seconds": 100.0}, {"seed": 3, "train_seconds": 900.0}]
+    assert time_ratio(runs, baseline) == "0.50", "seed 2 alone: seed 3 has no baseline, seed 1 no run"
+    assert time_ratio(baseline, runs) == "2.00"
+    assert time_ratio(runs, [{"seed": 2, "train_seconds": 0.0}]) == "–"
+    assert time_ratio([*runs, {"seed": 1, "train_seconds": 50.0}], baseline) == "0.50"
+
+
 def test_the_tested_checkpoint_is_the_best_validation_entity_f1(experiment):
     table = (experiment / "results.md").read_text()
     assert table.splitlines()[2].startswith("| method | test entity F1 | test accuracy | best valid entity F1 |")
