@@ -28,6 +28,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from measure import BIN, ROOT, json_records, mean_sd, paired_difference, pyplot, run
+from sparse_softmax.userinput import UserInputError
 
 # AS-Speed makes fewer updates than the decay, counted in updates, was sized for, so its learning rate is still
 # high when the epochs end; this variant sizes the decay to the updates the same seed's AS-Speed run made
@@ -80,7 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser, bench: Benchmark, default_met
                         help=f"sentences per micro-batch (default: {defaults['batch_size']})")
     parser.add_argument("--validate-every", type=int, help="validate every N updates, and at each epoch end "
                         f"(default: {defaults['validate_every']})")
-    parser.add_argument("--fresh", action="store_true", help="re-run runs that already have results")
+    again = parser.add_mutually_exclusive_group()
+    again.add_argument("--fresh", action="store_true", help="re-run runs that already have results")
+    again.add_argument("--table-only", action="store_true",
+                       help="make the tables from the runs of --methods and --seeds already finished; run nothing")
 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace, setting: dict) -> None:
@@ -198,10 +202,16 @@ def run_methods(bench: Benchmark, args, model: list[str],
     """Every run of the table: first each ``choices`` value on seed 1, then the seeds in turn, each seed's
     methods in the benchmark's order (interleaved, so that machine noise hits every method alike; AS-Speed before
     FITTED), those with ``choices`` at their chosen value. Returns the runs per table row, and per method with
-    ``choices`` its seed-1 run per value."""
+    ``choices`` its seed-1 run per value. With ``args.table_only``, only the runs already finished (a method with
+    ``choices`` takes the best of its finished seed-1 runs, and is left out without one)."""
+    def wanted(method: str, seed: int, value: str | None = None) -> bool:
+        return not args.table_only or (run_folder(args, method, seed, value) / "result.json").exists()
+
     methods = [m for m in bench.methods if m in args.methods]
-    candidates = [(m, value) for m in methods if m in bench.choices for value in bench.choices[m][1]]
+    candidates = [(m, value) for m in methods if m in bench.choices for value in bench.choices[m][1]
+                  if wanted(m, SELECTION_SEED, value)]
     tried: dict[str, dict[str, dict]] = {m: {} for m, _ in candidates}
+    methods = [m for m in methods if m not in bench.choices or m in tried]
     with tqdm(total=len(candidates) + len(args.seeds) * len(methods), desc="training runs", unit="run") as bar:
         for method, value in candidates:
             tried[method][value] = train_and_test(bench, args, model, data, method, SELECTION_SEED, value)
@@ -210,10 +220,14 @@ def run_methods(bench: Benchmark, args, model: list[str],
         results: dict[str, list[dict]] = {bench.run_name(m, chosen.get(m)): [] for m in methods}
         for seed in args.seeds:
             for method in methods:  # a chosen value's seed-1 run is read back from its record
-                results[bench.run_name(method, chosen.get(method))].append(
-                    train_and_test(bench, args, model, data, method, seed, chosen.get(method)))
+                if wanted(method, seed, chosen.get(method)):
+                    results[bench.run_name(method, chosen.get(method))].append(
+                        train_and_test(bench, args, model, data, method, seed, chosen.get(method)))
                 bar.update()
-    return results, tried
+    if not results.get("softmax"):
+        raise UserInputError(f"--table-only: no finished softmax run of seeds {' '.join(map(str, args.seeds))} in "
+                             f"{args.out / 'work'}; the table is relative to softmax")
+    return {row: runs for row, runs in results.items() if runs}, tried
 
 
 def choose(tried: dict[str, dict[str, dict]], metric: str) -> dict[str, str]:
@@ -246,8 +260,8 @@ def table(bench: Benchmark, results: dict[str, list[dict]]) -> str:
     base_target = mean(first_reaching(r, metric, target)["wall"] for r in results["softmax"])
     scores = " | ".join(f"test {LABELS[key]}" for key in bench.test_scores)
     rows = [f"| method | {scores} | best valid {label} | s to best valid (× softmax) | epochs to best "
-            f"| s to valid {target:.2f} (× softmax) | epochs to {target:.2f} | s per run | updates |",
-            "|---|" + "---|" * (len(bench.test_scores) + 7)]
+            f"| s to valid {target:.2f} (× softmax) | epochs to {target:.2f} | s per run | updates | seeds |",
+            "|---|" + "---|" * (len(bench.test_scores) + 8)]
     for method, runs in results.items():
         to_best = mean(best(r, metric)["wall"] for r in runs)
         reached = [first_reaching(r, metric, target) for r in runs]
@@ -261,7 +275,8 @@ def table(bench: Benchmark, results: dict[str, list[dict]]) -> str:
         rows.append(f"| {method} | {tested} | {mean_sd([best(r, metric)[metric] for r in runs])} "
                     f"| {relative(to_best, base_best)} | {mean(best(r, metric)['epochs'] for r in runs):.2f} "
                     f"| {to_target} | {epochs_to_target} | {mean(r['wall'] for r in runs):.0f} "
-                    f"| {mean(r['train'][-1]['update'] for r in runs):.0f} |")
+                    f"| {mean(r['train'][-1]['update'] for r in runs):.0f} "
+                    f"| {', '.join(str(r['seed']) for r in runs)} |")
     timed = all("train_seconds" in r for runs in results.values() for r in runs)
     return "\n".join(rows) + "\n\n" + differences(bench, results) + ("\n\n" + training_times(results) if timed else "")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,24 @@ def test_training_time_is_the_epochs_train_wall_and_the_table_gives_its_ratios(e
         assert cells[2] == f"{seconds['as_softmax+as_speed'] / seconds['softmax']:.2f}"
         assert cells[3] == f"{seconds['as_softmax+as_speed'] / seconds['as_softmax']:.2f}"
     assert cells[4:] == [str(runs["as_softmax+as_speed"]["updates"]), "360"]
+
+
+def test_table_only_makes_the_tables_of_the_finished_runs_and_trains_nothing(experiment, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(experiment, out)
+    harness = ["experiments/conll2003/conll2003.py", "--hf-model-dir", experiment.parent / "bert", "--data",
+               experiment.parent, "--out", out, "--table-only", "--seeds", "1", "2"]
+    run_script(*harness, "--methods", *METHODS)
+    assert sorted(p.name for p in (out / "work").glob("*-seed*")) == sorted(f"{m}-seed1" for m in METHODS)
+    before, after = ((folder / "results.md").read_text().split("\n", 1) for folder in (experiment, out))
+    assert "--table-only --seeds 1 2" in after[0] and after[1] == before[1], "the same runs, the same tables"
+    rows = after[1].strip().split("\n\n")[0].splitlines()[2:]  # the first table, below its header
+    assert len(rows) == len(METHODS) and all(row.endswith("| 1 |") for row in rows), "seed 1 alone"
+    (out / "work" / "softmax-seed1" / "result.json").unlink()
+    proc = run_script(*harness, "--methods", "softmax", "as_softmax", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert re.search(r"error: --table-only: no finished softmax run of seeds 1 2 in .*work; the table is relative "
+                     r"to softmax$", proc.stderr.strip()), proc.stderr
 
 
 def test_a_time_ratio_pairs_runs_by_seed():

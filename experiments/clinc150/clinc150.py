@@ -41,6 +41,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sparse_softmax.userinput import exit_on_error
 from user_dir import hf_checkpoint
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2] / part) for part in ("benchmarks", "experiments")]
@@ -115,7 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     setting = SETTINGS["pretrained" if args.hf_model_dir else "full" if args.full else "default"]
     check_arguments(parser, args, setting)
     args.out = args.out or Path(__file__).parent / (args.hf_model_dir.resolve().name if args.hf_model_dir else "scratch")
-    results, tried = run_methods(CLINC150, args, setting["model"], prepare(args))
+    with exit_on_error(parser):
+        results, tried = run_methods(CLINC150, args, setting["model"], prepare(args))
     write_results(CLINC150, args, "experiments/clinc150/clinc150.py", argv, results, tried)
 
 

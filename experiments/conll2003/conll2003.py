@@ -37,6 +37,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sparse_softmax.userinput import exit_on_error
 from user_dir import hf_checkpoint
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2] / part) for part in ("benchmarks", "experiments")]
@@ -91,7 +92,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"{message}; scripts/extract_minilm.py writes MiniLM's")
     check_arguments(parser, args, SETTING)
     args.out = args.out or Path(__file__).parent / args.hf_model_dir.resolve().name
-    results, tried = run_methods(CONLL2003, args, ["--arch", "hf_encoder"], prepare(args))
+    with exit_on_error(parser):
+        results, tried = run_methods(CONLL2003, args, ["--arch", "hf_encoder"], prepare(args))
     write_results(CONLL2003, args, "experiments/conll2003/conll2003.py", argv, results, tried)
 
 
