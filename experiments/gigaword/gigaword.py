@@ -49,7 +49,7 @@ from sparse_softmax.scoring.inputs import remove_bpe
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2] / part) for part in ("benchmarks", "experiments")]
 import generation_runs  # noqa: E402  (experiments/)
-from measure import ROOT, run  # noqa: E402  (benchmarks/)
+from measure import ROOT, add_run_selection, run  # noqa: E402  (benchmarks/)
 
 DEFAULT_GIGAWORD_DIR = ROOT.parent / "shared" / "data" / "gigaword"
 GIGAWORD_FILES = ["train/train.article.txt", "train/train.title.txt", "Giga/input.txt", "Giga/task1_ref0.txt"]
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--valid-pairs", type=int, default=VALID_PAIRS,
                         help="the last training pairs held out as the valid split (default: %(default)s)")
     generation_runs.add_unilm_options(parser, "gigaword")
-    generation_runs.add_run_options(parser, METHODS, default=CORE)
+    add_run_selection(parser, list(METHODS), CORE)
     args = parser.parse_args(argv)
     missing = [name for name in GIGAWORD_FILES if not (args.gigaword_dir / name).is_file()]
     if missing:

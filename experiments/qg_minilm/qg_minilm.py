@@ -49,7 +49,7 @@ from sparse_softmax.scoring.inputs import remove_bpe
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2] / part) for part in ("benchmarks", "experiments")]
 import generation_runs  # noqa: E402  (experiments/)
-from measure import ROOT, run  # noqa: E402  (benchmarks/)
+from measure import ROOT, add_run_selection, run  # noqa: E402  (benchmarks/)
 
 #: The four of the papers' comparison, and sparse_softmax after a softmax warm-up of 10 % and of 50 %: the checkpoint
 #: has no MLM head, so the head's transform starts fresh (the output weights are the tied embeddings) and the top 10
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="cpu: 96-token windows, 1,600 updates, 2,000 test questions; gpu: the papers' setting "
                         "(464-token windows, 10 epochs, lr 2e-5, --fp16); tiny: checks the pipeline")
     generation_runs.add_unilm_options(parser, "qg_minilm")
-    generation_runs.add_run_options(parser, METHODS)
+    add_run_selection(parser, list(METHODS), list(METHODS))
     args = parser.parse_args(argv)
     missing = [name for name in SQUAD_FILES if not (args.squad_dir / name).is_file()]
     if missing:

@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2] / part) for part in ("benchmarks", "experiments")]
 import generation_runs  # noqa: E402  (experiments/)
-from measure import ROOT, run, transformer_size  # noqa: E402  (benchmarks/)
+from measure import ROOT, add_run_selection, run, transformer_size  # noqa: E402  (benchmarks/)
 
 DEFAULT_DU_DIR = ROOT.parent / "shared" / "data" / "squad_qg_du2017"
 DU_FILES = ["src-dev.txt", "tgt-dev.txt", "src-test.txt", "tgt-test.txt"]
@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--question-pieces", type=int, default=50,
                         help="the source mask also allows this many of the training questions' most frequent "
                         "pieces (0: the sentence's pieces only)")
-    generation_runs.add_run_options(parser, METHODS)
+    add_run_selection(parser, list(METHODS), list(METHODS))
     return parser
 
 
