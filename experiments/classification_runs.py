@@ -24,6 +24,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from tqdm import tqdm
 
@@ -242,42 +243,57 @@ def first_reaching(result: dict, metric: str, score: float) -> dict | None:
 
 def table(bench: Benchmark, results: dict[str, list[dict]]) -> str:
     """Test scores (mean ± sd over seeds), the best validation score, the wall-clock seconds to it (validations
-    included) relative to softmax's, and to the best validation score of the worst softmax seed (a score every
-    softmax run reached); then the paired differences and, where every run has them, the training times."""
+    included) with softmax's over them paired by seed, and the same to the best validation score of the worst
+    softmax seed (a score every softmax run reached); then the paired differences and, where every run has them,
+    the training times."""
     metric, label = bench.metric, LABELS[bench.metric]
-    target = min(best(r, metric)[metric] for r in results["softmax"])
+    softmax = results["softmax"]
+    target = min(best(r, metric)[metric] for r in softmax)
 
     def mean(values) -> float:
         return statistics.mean(list(values))
 
-    base_best = mean(best(r, metric)["wall"] for r in results["softmax"])
-    base_target = mean(first_reaching(r, metric, target)["wall"] for r in results["softmax"])
+    def to_best(run: dict) -> float:
+        return best(run, metric)["wall"]
+
+    def to_target(run: dict) -> float:
+        return first_reaching(run, metric, target)["wall"]
+
     scores = " | ".join(f"test {LABELS[key]}" for key in bench.test_scores)
     rows = [f"| method | {scores} | best valid {label} | s to best valid (× softmax) | epochs to best "
             f"| s to valid {target:.2f} (× softmax) | epochs to {target:.2f} | s per run | updates | seeds |",
             "|---|" + "---|" * (len(bench.test_scores) + 8)]
     for method, runs in results.items():
-        to_best = mean(best(r, metric)["wall"] for r in runs)
         reached = [first_reaching(r, metric, target) for r in runs]
         if None in reached:
-            to_target = epochs_to_target = f"not reached in {reached.count(None)}/{len(runs)} runs"
+            seconds_to_target = epochs_to_target = f"not reached in {reached.count(None)}/{len(runs)} runs"
         else:
-            seconds = mean(v["wall"] for v in reached)
-            to_target = relative(seconds, base_target)
+            seconds_to_target = relative(runs, softmax, to_target)
             epochs_to_target = f"{mean(v['epochs'] for v in reached):.2f}"
         tested = " | ".join(test_score(runs, f"test_{key}") for key in bench.test_scores)
         rows.append(f"| {method} | {tested} | {mean_sd([best(r, metric)[metric] for r in runs])} "
-                    f"| {relative(to_best, base_best)} | {mean(best(r, metric)['epochs'] for r in runs):.2f} "
-                    f"| {to_target} | {epochs_to_target} | {mean(r['wall'] for r in runs):.0f} "
+                    f"| {relative(runs, softmax, to_best)} | {mean(best(r, metric)['epochs'] for r in runs):.2f} "
+                    f"| {seconds_to_target} | {epochs_to_target} | {mean(r['wall'] for r in runs):.0f} "
                     f"| {mean(r['train'][-1]['update'] for r in runs):.0f} "
                     f"| {', '.join(str(r['seed']) for r in runs)} |")
     timed = all("train_seconds" in r for runs in results.values() for r in runs)
     return "\n".join(rows) + "\n\n" + differences(bench, results) + ("\n\n" + training_times(results) if timed else "")
 
 
-def relative(seconds: float, softmax: float) -> str:
-    """Seconds, and softmax's seconds over them (fairseq's wall-clock is whole seconds: 0 in a tiny run)."""
-    return f"{seconds:.0f} ({softmax / seconds:.2f}×)" if seconds else "0"
+def paired_ratio(runs: list[dict], baseline: list[dict], seconds: Callable[[dict], float]) -> float | None:
+    """The mean, over the seeds both ``runs`` and ``baseline`` have, of a run's ``seconds`` over those of the
+    baseline's run on the same seed (seeds added later may run on a machine of another speed, so a ratio of means
+    over unequal seeds would mix machines); None without a shared seed whose baseline took above 0 seconds
+    (fairseq's wall-clock is in whole seconds: 0 in a tiny run)."""
+    base = {r["seed"]: seconds(r) for r in baseline}
+    ratios = [seconds(r) / base[r["seed"]] for r in runs if base.get(r["seed"])]
+    return statistics.mean(ratios) if ratios else None
+
+
+def relative(runs: list[dict], softmax: list[dict], seconds: Callable[[dict], float]) -> str:
+    """The runs' mean ``seconds``, and softmax's over theirs paired by seed (above 1: sooner than softmax)."""
+    ratio = paired_ratio(softmax, runs, seconds)
+    return f"{statistics.mean(seconds(r) for r in runs):.0f} ({'–' if ratio is None else f'{ratio:.2f}×'})"
 
 
 def test_score(runs: list[dict], key: str) -> str:
@@ -308,12 +324,10 @@ def differences(bench: Benchmark, results: dict[str, list[dict]]) -> str:
 
 
 def time_ratio(runs: list[dict], baseline: list[dict]) -> str:
-    """The mean over the seeds both have of ``runs``' seconds of training over ``baseline``'s on the same seed
-    (seeds added later may run on a machine of another speed, so a ratio of means over unequal seeds would mix
-    machines); "–" without a shared seed timed above 0."""
-    base = {r["seed"]: r["train_seconds"] for r in baseline}
-    ratios = [r["train_seconds"] / base[r["seed"]] for r in runs if base.get(r["seed"])]
-    return f"{statistics.mean(ratios):.2f}" if ratios else "–"
+    """``runs``' seconds of training as a multiple of ``baseline``'s, paired by seed (``paired_ratio``); "–"
+    without a shared seed."""
+    ratio = paired_ratio(runs, baseline, lambda run: run["train_seconds"])
+    return "–" if ratio is None else f"{ratio:.2f}"
 
 
 def training_times(results: dict[str, list[dict]]) -> str:

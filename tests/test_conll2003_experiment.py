@@ -99,6 +99,17 @@ def test_a_time_ratio_pairs_runs_by_seed():
     assert time_ratio([*runs, {"seed": 1, "train_seconds": 50.0}], baseline) == "0.50"
 
 
+def test_the_seconds_to_a_validation_score_pair_softmax_by_seed():
+    from classification_runs import relative  # experiments/
+
+    softmax = [{"seed": 1, "wall": 100.0}, {"seed": 2, "wall": 200.0}]
+    runs = [{"seed": 2, "wall": 100.0}, {"seed": 3, "wall": 900.0}]
+    seconds = lambda run: run["wall"]  # noqa: E731
+    assert relative(runs, softmax, seconds) == "500 (2.00×)", "the mean of the runs; softmax's seed 2 over the run's"
+    assert relative(softmax, softmax, seconds) == "150 (1.00×)"
+    assert relative([{"seed": 1, "wall": 0.0}], softmax, seconds) == "0 (–)", "whole seconds: 0 in a tiny run"
+
+
 def test_the_tested_checkpoint_is_the_best_validation_entity_f1(experiment):
     table = (experiment / "results.md").read_text()
     assert table.splitlines()[2].startswith("| method | test entity F1 | test accuracy | best valid entity F1 |")
