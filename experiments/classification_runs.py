@@ -20,6 +20,7 @@ import argparse
 import json
 import math
 import os
+import platform
 import statistics
 import sys
 from dataclasses import dataclass
@@ -158,17 +159,26 @@ def train_and_test(bench: Benchmark, args, model: list[str], data: Path, method:
              "--save-dir", folder / "checkpoints", "--log-format", "json", "--log-interval", "1",
              "--num-workers", "0"], train_log)
         test = json_records(run([BIN / "fairseq-validate", data, "--user-dir", ROOT / "user_dir", "--task",
-                                 "text_classification", "--path", folder / "checkpoints" / "checkpoint_best.pt", "--valid-subset", "test",
-                                 "--cpu", "--batch-size", "512", "--log-format", "json"]), "test")[0]
+                                 "text_classification", "--path", folder / "checkpoints" / "checkpoint_best.pt",
+                                 "--valid-subset", "test", "--cpu", "--batch-size", "512", "--log-format", "json"]),
+                            "test")[0]
         record = {f"test_{key}": float(test[key]) for key in bench.test_scores}
         summary = log_summary(train_log.read_text(encoding="utf-8"), bench.metric)
-        result_file.write_text(json.dumps({**record, **summary, "load_before": load}) + "\n", encoding="utf-8")
+        record |= {**summary, "load_before": load, "machine": machine()}
+        result_file.write_text(json.dumps(record) + "\n", encoding="utf-8")
         for checkpoint in (folder / "checkpoints").glob("*.pt"):  # the numbers are kept; the weights are not
             checkpoint.unlink()
     result = json.loads(result_file.read_text(encoding="utf-8"))
     for point in result["valid"]:
         point["epochs"] = point.pop("sentences") / args.train_sentences
     return {"method": bench.run_name(method, value), "seed": seed, **result}
+
+
+def machine() -> str:
+    """This machine since its last boot (Linux's boot id; elsewhere its host name): seeds added later may run on
+    another machine, or the same one under other load, so times compare only within one value."""
+    boot_id = Path("/proc/sys/kernel/random/boot_id")
+    return boot_id.read_text().strip() if boot_id.exists() else platform.node()
 
 
 def log_summary(log: str, metric: str) -> dict:
@@ -281,17 +291,22 @@ def table(bench: Benchmark, results: dict[str, list[dict]]) -> str:
 
 
 def paired_ratio(runs: list[dict], baseline: list[dict], seconds: Callable[[dict], float]) -> float | None:
-    """The mean, over the seeds both ``runs`` and ``baseline`` have, of a run's ``seconds`` over those of the
-    baseline's run on the same seed (seeds added later may run on a machine of another speed, so a ratio of means
-    over unequal seeds would mix machines); None without a shared seed whose baseline took above 0 seconds
-    (fairseq's wall-clock is in whole seconds: 0 in a tiny run)."""
-    base = {r["seed"]: seconds(r) for r in baseline}
-    ratios = [seconds(r) / base[r["seed"]] for r in runs if base.get(r["seed"])]
+    """The mean, over the seeds both ``runs`` and ``baseline`` ran on one machine (their records' ``machine``;
+    records made before it was kept pair with each other), of a run's ``seconds`` over those of the baseline's run
+    on that seed: a ratio of means over unequal seeds, or of runs on machines of other speeds, would compare the
+    machines. None without such a pair whose baseline took above 0 seconds (fairseq's wall-clock is in whole
+    seconds: 0 in a tiny run)."""
+    def where(run: dict) -> tuple[int, str | None]:
+        return run["seed"], run.get("machine")
+
+    base = {where(r): seconds(r) for r in baseline}
+    ratios = [seconds(r) / base[where(r)] for r in runs if base.get(where(r))]
     return statistics.mean(ratios) if ratios else None
 
 
 def relative(runs: list[dict], softmax: list[dict], seconds: Callable[[dict], float]) -> str:
-    """The runs' mean ``seconds``, and softmax's over theirs paired by seed (above 1: sooner than softmax)."""
+    """The runs' mean ``seconds``, and softmax's over theirs paired by seed and machine (``paired_ratio``; above 1:
+    sooner than softmax)."""
     ratio = paired_ratio(softmax, runs, seconds)
     return f"{statistics.mean(seconds(r) for r in runs):.0f} ({'–' if ratio is None else f'{ratio:.2f}×'})"
 
@@ -307,7 +322,8 @@ def selection(bench: Benchmark, tried: dict[str, dict[str, dict]]) -> str:
     chosen, metric = choose(tried, bench.metric), bench.metric
     return "\n".join([f"Chosen on seed {SELECTION_SEED}'s best validation {LABELS[metric]}:", ""] + [
         f"- {method} {bench.choices[method][0]}: "
-        + ", ".join(f"{value}: {best(run, metric)[metric]:.2f}" for value, run in runs.items()) + f" → {chosen[method]}"
+        + ", ".join(f"{value}: {best(run, metric)[metric]:.2f}" for value, run in runs.items())
+        + f" → {chosen[method]}"
         for method, runs in tried.items()])
 
 
@@ -324,8 +340,8 @@ def differences(bench: Benchmark, results: dict[str, list[dict]]) -> str:
 
 
 def time_ratio(runs: list[dict], baseline: list[dict]) -> str:
-    """``runs``' seconds of training as a multiple of ``baseline``'s, paired by seed (``paired_ratio``); "–"
-    without a shared seed."""
+    """``runs``' seconds of training as a multiple of ``baseline``'s, paired by seed and machine
+    (``paired_ratio``); "–" without such a pair."""
     ratio = paired_ratio(runs, baseline, lambda run: run["train_seconds"])
     return "–" if ratio is None else f"{ratio:.2f}"
 
@@ -343,9 +359,9 @@ def training_times(results: dict[str, list[dict]]) -> str:
                     f"| {statistics.mean(r['sentences_seen'] for r in runs):,.0f} |")
     load = max(r["load_before"] for runs in results.values() for r in runs)
     return "\n".join(["Training time (fairseq's train_wall summed over the epochs: the updates alone, whole seconds "
-                      "an epoch; mean ± sd over seeds; each ratio is the mean over the seeds both methods ran of "
-                      "the ratio on a seed; the runs went one at a time, the 1-minute load average before each at "
-                      f"most {load:.2f} on {os.cpu_count()} cores):", "", *rows])
+                      "an epoch; mean ± sd over seeds; each ratio is the mean, over the seeds both methods ran on one "
+                      "machine, of the ratio on a seed; the runs went one at a time, the 1-minute load average "
+                      f"before each at most {load:.2f} on {os.cpu_count()} cores):", "", *rows])
 
 
 def plot(bench: Benchmark, results: dict[str, list[dict]], path: Path, train_sentences: int) -> None:

@@ -110,6 +110,19 @@ def test_the_seconds_to_a_validation_score_pair_softmax_by_seed():
     assert relative([{"seed": 1, "wall": 0.0}], softmax, seconds) == "0 (–)", "whole seconds: 0 in a tiny run"
 
 
+def test_times_pair_only_runs_of_one_machine():
+    from classification_runs import time_ratio  # experiments/
+
+    baseline = [{"seed": 1, "train_seconds": 100.0, "machine": "a"}, {"seed": 2, "train_seconds": 200.0,
+                                                                       "machine": "b"}]
+    runs = [{"seed": 1, "train_seconds": 50.0, "machine": "a"}, {"seed": 2, "train_seconds": 50.0, "machine": "c"}]
+    assert time_ratio(runs, baseline) == "0.50", "seed 2 ran on another machine than its baseline"
+    assert time_ratio(runs[1:], baseline) == "–"
+    unrecorded = [{"seed": 1, "train_seconds": 400.0}]  # records made before the machine was kept
+    assert time_ratio(unrecorded, [{"seed": 1, "train_seconds": 100.0}]) == "4.00"
+    assert time_ratio(unrecorded, baseline) == "–"
+
+
 def test_the_tested_checkpoint_is_the_best_validation_entity_f1(experiment):
     table = (experiment / "results.md").read_text()
     assert table.splitlines()[2].startswith("| method | test entity F1 | test accuracy | best valid entity F1 |")
