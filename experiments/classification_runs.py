@@ -176,7 +176,7 @@ def train_and_test(bench: Benchmark, args, model: list[str], data: Path, method:
 
 def machine() -> str:
     """This machine since its last boot (Linux's boot id; elsewhere its host name): seeds added later may run on
-    another machine, or the same one under other load, so times compare only within one value."""
+    another machine, of another speed, so times compare only within one value."""
     boot_id = Path("/proc/sys/kernel/random/boot_id")
     return boot_id.read_text().strip() if boot_id.exists() else platform.node()
 
@@ -253,9 +253,9 @@ def first_reaching(result: dict, metric: str, score: float) -> dict | None:
 
 def table(bench: Benchmark, results: dict[str, list[dict]]) -> str:
     """Test scores (mean ± sd over seeds), the best validation score, the wall-clock seconds to it (validations
-    included) with softmax's over them paired by seed, and the same to the best validation score of the worst
-    softmax seed (a score every softmax run reached); then the paired differences and, where every run has them,
-    the training times."""
+    included) with softmax's over them paired by seed and machine, and the same to the best validation score of the
+    worst softmax seed (a score every softmax run reached); then the paired differences and, where every run has
+    them, the training times."""
     metric, label = bench.metric, LABELS[bench.metric]
     softmax = results["softmax"]
     target = min(best(r, metric)[metric] for r in softmax)
