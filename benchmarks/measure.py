@@ -1,6 +1,6 @@
 """What the benchmarks and experiments share: running the fairseq tools and reading their logs, the options that
-pick an experiment's runs, interleaved best-of timing, the peak tensor memory of a step, and steps run with a
-module's defaults replaced.
+pick an experiment's runs, the machine a run is on, interleaved best-of timing, the peak tensor memory of a step, and
+steps run with a module's defaults replaced.
 
 Timings on a shared machine swing with other work, so every benchmark takes the minimum of repeated
 runs and interleaves the variants it compares within each repeat: noise then hits them alike, and
@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -92,6 +93,13 @@ def json_records(text: str, tag: str) -> list[dict]:
 
 def device_name(device: str) -> str:
     return torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+
+
+def machine() -> str:
+    """This machine since its last boot (Linux's boot id; elsewhere its host name), kept in an experiment's records:
+    seeds added later may run on another machine, of another speed, so their times compare only within one value."""
+    boot_id = Path("/proc/sys/kernel/random/boot_id")
+    return boot_id.read_text().strip() if boot_id.exists() else platform.node()
 
 
 def pyplot():

@@ -20,7 +20,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 from dataclasses import dataclass
@@ -29,7 +28,8 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from measure import BIN, ROOT, add_run_selection, json_records, mean_sd, paired_difference, pyplot, run
+from measure import (BIN, ROOT, add_run_selection, json_records, machine, mean_sd, paired_difference, pyplot,
+                     run)
 from sparse_softmax.userinput import UserInputError
 
 # AS-Speed makes fewer updates than the decay, counted in updates, was sized for, so its learning rate is still
@@ -172,13 +172,6 @@ def train_and_test(bench: Benchmark, args, model: list[str], data: Path, method:
     for point in result["valid"]:
         point["epochs"] = point.pop("sentences") / args.train_sentences
     return {"method": bench.run_name(method, value), "seed": seed, **result}
-
-
-def machine() -> str:
-    """This machine since its last boot (Linux's boot id; elsewhere its host name): seeds added later may run on
-    another machine, of another speed, so times compare only within one value."""
-    boot_id = Path("/proc/sys/kernel/random/boot_id")
-    return boot_id.read_text().strip() if boot_id.exists() else platform.node()
 
 
 def log_summary(log: str, metric: str) -> dict:

@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 from tqdm import tqdm
 
-from measure import BIN, ROOT, json_records, mean_sd, paired_difference, pyplot, run
+from measure import BIN, ROOT, json_records, machine, mean_sd, paired_difference, pyplot, run
 from sparse_softmax.scoring.inputs import parse_fairseq_output
 
 METHODS = {
@@ -188,8 +188,8 @@ def record(folder: Path, method: str, flags: list, seed: int, train: Callable[[P
            fresh: bool = False) -> dict:
     """One run: ``train(folder)`` (which writes ``folder/train.log`` and ``folder/checkpoints/checkpoint_last.pt``),
     then ``decode(checkpoint, decoding, folder)`` → a prediction file per decoding, scored each way. The record,
-    ``result.json``, keeps the scores and what the tables need of the log (``log_summary``), and the weights are
-    deleted; a folder with a ``result.json`` is read, not re-run (``fresh``: re-run), unless the record shows that
+    ``result.json``, keeps the scores, what the tables need of the log (``log_summary``) and the machine it ran on,
+    and the weights are deleted; a folder with a ``result.json`` is read, not re-run (``fresh``: re-run), unless the record shows that
     the method's ``flags`` have changed since; a run stopped while training goes on from its last checkpoint, one
     stopped while decoding is decoded again without training again.
 
@@ -212,7 +212,7 @@ def record(folder: Path, method: str, flags: list, seed: int, train: Callable[[P
             predictions = decode(checkpoint, decoding, folder)
             scores[decoding] = {"predictions": predictions.name,
                                 **{way: scoring.score(predictions, way) for way in scoring.ways}}
-        result = {"scores": scores, **log_summary(train_log.read_text(encoding="utf-8"))}
+        result = {"scores": scores, **log_summary(train_log.read_text(encoding="utf-8")), "machine": machine()}
         result_file.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         delete_weights(folder)  # the numbers are kept; the weights are not
     return {"method": method, "seed": seed, **read_record(result_file)}
@@ -362,7 +362,7 @@ def write(out: Path, command: str, results: dict[str, list[dict]], decodings: li
     print(text)
     (out / "results.md").write_text(text, encoding="utf-8")
     runs = [{"method": r["method"], "seed": r["seed"], "scores": r["scores"], "final_valid_nll": r["valid"][-1]["nll"],
-             "wall": r["wall"]} for runs in results.values() for r in runs]
+             "wall": r["wall"], "machine": r.get("machine")} for runs in results.values() for r in runs]
     (out / "runs.json").write_text(json.dumps(runs, indent=1) + "\n", encoding="utf-8")
     plot(results, main_way, decodings, scoring, out / "curves.png")
     print(f"wrote {out / 'results.md'} and {out / 'curves.png'}")

@@ -19,6 +19,7 @@ import torch
 import qg_scratch  # experiments/qg_scratch (pyproject.toml's pytest pythonpath)
 import generation_runs
 from conftest import ROOT, run_script
+from measure import machine
 from sparse_softmax.scoring import bleu
 
 METHODS = ["cross_entropy", "as_softmax"]
@@ -246,6 +247,6 @@ def test_a_run_made_again_for_changed_flags_starts_a_new_log(tmp_path):
     again = generation_runs.record(folder, "as_softmax", flags, 1, train_with(0.1), *args)
     log = (folder / "train.log").read_text()
     assert runs == [0.3, 0.1] and log.count("fairseq_cli.train") == 1 and generation_runs.contradicted(log, flags) == []
-    assert again["valid"] == [{"update": 10, "nll": 4.1}] and again["wall"] == 1
+    assert again["valid"] == [{"update": 10, "nll": 4.1}] and again["wall"] == 1 and again["machine"] == machine()
     generation_runs.record(folder, "as_softmax", flags, 1, train_with(0.1), *args)
     assert runs == [0.3, 0.1], "a record made with the method's flags is read, not run again"
