@@ -12,7 +12,9 @@ Fine-tuning (``--hf-model-dir``) follows the BERT regime: AdamW, 10 % linear war
 last update. Every method trains the same epochs (the same samples) and validates every ``--validate-every``
 updates, saving there too; the checkpoint with the best validation score is tested. A run's training time is the
 sum of fairseq's ``train_wall`` over its epochs (the updates alone: validations and checkpoints excluded); runs go
-one at a time, and the load average before each is recorded to show the machine was otherwise idle.
+one at a time, and the load average before each is recorded to show the machine was otherwise idle. Times are
+compared only between runs that one command made (``batch`` in their records): a machine's speed changes from one
+sitting to the next with the work beside it on its host, so runs added later have no time ratio to earlier ones.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import os
 import statistics
 import sys
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
@@ -141,10 +144,11 @@ def validations(args) -> list:
             "--no-save-optimizer-state"]
 
 
-def train_and_test(bench: Benchmark, args, model: list[str], data: Path, method: str, seed: int,
+def train_and_test(bench: Benchmark, args, model: list[str], data: Path, method: str, seed: int, batch: str,
                    value: str | None = None) -> dict:
-    """One run of ``model`` (its ``--arch`` flags) on ``data``: its record, ``result.json`` (its test scores and
-    what the tables need of its training log, ``log_summary``), made once; the weights are deleted."""
+    """One run of ``model`` (its ``--arch`` flags) on ``data``: its record, ``result.json`` (its test scores, what
+    the tables need of its training log, ``log_summary``, and ``batch``, the command that made it), made once; the
+    weights are deleted."""
     folder = run_folder(args, method, seed, value)
     result_file, train_log = folder / "result.json", folder / "train.log"
     if not result_file.exists() or args.fresh:
@@ -164,7 +168,7 @@ def train_and_test(bench: Benchmark, args, model: list[str], data: Path, method:
                             "test")[0]
         record = {f"test_{key}": float(test[key]) for key in bench.test_scores}
         summary = log_summary(train_log.read_text(encoding="utf-8"), bench.metric)
-        record |= {**summary, "load_before": load, "machine": machine()}
+        record |= {**summary, "load_before": load, "batch": batch}
         result_file.write_text(json.dumps(record) + "\n", encoding="utf-8")
         for checkpoint in (folder / "checkpoints").glob("*.pt"):  # the numbers are kept; the weights are not
             checkpoint.unlink()
@@ -201,7 +205,8 @@ def run_methods(bench: Benchmark, args, model: list[str],
     methods in the benchmark's order (interleaved, so that machine noise hits every method alike; AS-Speed before
     FITTED), those with ``choices`` at their chosen value. Returns the runs per table row, and per method with
     ``choices`` its seed-1 run per value. With ``args.table_only``, only the runs already finished (a method with
-    ``choices`` takes the best of its finished seed-1 runs, and is left out without one)."""
+    ``choices`` takes the best of its finished seed-1 runs, and is left out without one). The runs this command
+    makes share their ``batch``: this machine and the time the command started."""
     def wanted(method: str, seed: int, value: str | None = None) -> bool:
         return not args.table_only or (run_folder(args, method, seed, value) / "result.json").exists()
 
@@ -209,10 +214,11 @@ def run_methods(bench: Benchmark, args, model: list[str],
     candidates = [(m, value) for m in methods if m in bench.choices for value in bench.choices[m][1]
                   if wanted(m, SELECTION_SEED, value)]
     tried: dict[str, dict[str, dict]] = {m: {} for m, _ in candidates}
+    batch = f"{machine()} {datetime.now():%Y-%m-%dT%H:%M:%S}"
     methods = [m for m in methods if m not in bench.choices or m in tried]
     with tqdm(total=len(candidates) + len(args.seeds) * len(methods), desc="training runs", unit="run") as bar:
         for method, value in candidates:
-            tried[method][value] = train_and_test(bench, args, model, data, method, SELECTION_SEED, value)
+            tried[method][value] = train_and_test(bench, args, model, data, method, SELECTION_SEED, batch, value)
             bar.update()
         chosen = choose(tried, bench.metric)
         results: dict[str, list[dict]] = {bench.run_name(m, chosen.get(m)): [] for m in methods}
@@ -220,7 +226,7 @@ def run_methods(bench: Benchmark, args, model: list[str],
             for method in methods:  # a chosen value's seed-1 run is read back from its record
                 if wanted(method, seed, chosen.get(method)):
                     results[bench.run_name(method, chosen.get(method))].append(
-                        train_and_test(bench, args, model, data, method, seed, chosen.get(method)))
+                        train_and_test(bench, args, model, data, method, seed, batch, chosen.get(method)))
                 bar.update()
     if not results.get("softmax"):
         raise UserInputError(f"--table-only: no finished softmax run of seeds {' '.join(map(str, args.seeds))} in "
@@ -246,7 +252,7 @@ def first_reaching(result: dict, metric: str, score: float) -> dict | None:
 
 def table(bench: Benchmark, results: dict[str, list[dict]]) -> str:
     """Test scores (mean ± sd over seeds), the best validation score, the wall-clock seconds to it (validations
-    included) with softmax's over them paired by seed and machine, and the same to the best validation score of the
+    included) with softmax's over them paired by seed and command, and the same to the best validation score of the
     worst softmax seed (a score every softmax run reached); then the paired differences and, where every run has
     them, the training times."""
     metric, label = bench.metric, LABELS[bench.metric]
@@ -284,13 +290,13 @@ def table(bench: Benchmark, results: dict[str, list[dict]]) -> str:
 
 
 def paired_ratio(runs: list[dict], baseline: list[dict], seconds: Callable[[dict], float]) -> float | None:
-    """The mean, over the seeds both ``runs`` and ``baseline`` ran on one machine (their records' ``machine``;
-    records made before it was kept pair with each other), of a run's ``seconds`` over those of the baseline's run
-    on that seed: a ratio of means over unequal seeds, or of runs on machines of other speeds, would compare the
-    machines. None without such a pair whose baseline took above 0 seconds (fairseq's wall-clock is in whole
-    seconds: 0 in a tiny run)."""
+    """The mean, over the seeds on which one command made a run of ``runs`` and one of ``baseline`` (their records'
+    ``batch``), of a run's ``seconds`` over those of the baseline's run on that seed: a ratio of means over unequal
+    seeds, or of runs made at other speeds, would compare the machines. Older records name only their ``machine``,
+    and the oldest nothing: those pair by what they name. None without such a pair whose baseline took above 0
+    seconds (fairseq's wall-clock is in whole seconds: 0 in a tiny run)."""
     def where(run: dict) -> tuple[int, str | None]:
-        return run["seed"], run.get("machine")
+        return run["seed"], run.get("batch", run.get("machine"))
 
     base = {where(r): seconds(r) for r in baseline}
     ratios = [seconds(r) / base[where(r)] for r in runs if base.get(where(r))]
@@ -298,7 +304,7 @@ def paired_ratio(runs: list[dict], baseline: list[dict], seconds: Callable[[dict
 
 
 def relative(runs: list[dict], softmax: list[dict], seconds: Callable[[dict], float]) -> str:
-    """The runs' mean ``seconds``, and softmax's over theirs paired by seed and machine (``paired_ratio``; above 1:
+    """The runs' mean ``seconds``, and softmax's over theirs paired by seed and command (``paired_ratio``; above 1:
     sooner than softmax)."""
     ratio = paired_ratio(softmax, runs, seconds)
     return f"{statistics.mean(seconds(r) for r in runs):.0f} ({'–' if ratio is None else f'{ratio:.2f}×'})"
@@ -333,7 +339,7 @@ def differences(bench: Benchmark, results: dict[str, list[dict]]) -> str:
 
 
 def time_ratio(runs: list[dict], baseline: list[dict]) -> str:
-    """``runs``' seconds of training as a multiple of ``baseline``'s, paired by seed and machine
+    """``runs``' seconds of training as a multiple of ``baseline``'s, paired by seed and command
     (``paired_ratio``); "–" without such a pair."""
     ratio = paired_ratio(runs, baseline, lambda run: run["train_seconds"])
     return "–" if ratio is None else f"{ratio:.2f}"
@@ -352,8 +358,8 @@ def training_times(results: dict[str, list[dict]]) -> str:
                     f"| {statistics.mean(r['sentences_seen'] for r in runs):,.0f} |")
     load = max(r["load_before"] for runs in results.values() for r in runs)
     return "\n".join(["Training time (fairseq's train_wall summed over the epochs: the updates alone, whole seconds "
-                      "an epoch; mean ± sd over seeds; each ratio is the mean, over the seeds both methods ran on one "
-                      "machine, of the ratio on a seed; the runs went one at a time, the 1-minute load average "
+                      "an epoch; mean ± sd over seeds; each ratio is the mean, over the seeds on which one command "
+                      "ran both methods, of the ratio on a seed; the runs went one at a time, the 1-minute load average "
                       f"before each at most {load:.2f} on {os.cpu_count()} cores):", "", *rows])
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_script
-from measure import json_records  # benchmarks/ (pyproject.toml's pytest pythonpath)
+from measure import json_records, machine  # benchmarks/ (pyproject.toml's pytest pythonpath)
 from test_hf_encoder import write_tiny_bert
 from test_text_classification import NAMES, TEMPLATES, _conll
 
@@ -110,17 +110,27 @@ def test_the_seconds_to_a_validation_score_pair_softmax_by_seed():
     assert relative([{"seed": 1, "wall": 0.0}], softmax, seconds) == "0 (–)", "whole seconds: 0 in a tiny run"
 
 
-def test_times_pair_only_runs_of_one_machine():
+def test_times_pair_only_runs_one_command_made():
     from classification_runs import time_ratio  # experiments/
 
-    baseline = [{"seed": 1, "train_seconds": 100.0, "machine": "a"}, {"seed": 2, "train_seconds": 200.0,
-                                                                       "machine": "b"}]
-    runs = [{"seed": 1, "train_seconds": 50.0, "machine": "a"}, {"seed": 2, "train_seconds": 50.0, "machine": "c"}]
-    assert time_ratio(runs, baseline) == "0.50", "seed 2 ran on another machine than its baseline"
+    baseline = [{"seed": 1, "train_seconds": 100.0, "batch": "m 10:00"}, {"seed": 2, "train_seconds": 200.0,
+                                                                        "batch": "m 10:00"}]
+    runs = [{"seed": 1, "train_seconds": 50.0, "batch": "m 10:00"}, {"seed": 2, "train_seconds": 50.0,
+                                                                    "batch": "m 14:00"}]
+    assert time_ratio(runs, baseline) == "0.50", "seed 2's run was made by a later command, on the same machine"
     assert time_ratio(runs[1:], baseline) == "–"
-    unrecorded = [{"seed": 1, "train_seconds": 400.0}]  # records made before the machine was kept
-    assert time_ratio(unrecorded, [{"seed": 1, "train_seconds": 100.0}]) == "4.00"
-    assert time_ratio(unrecorded, baseline) == "–"
+    older = [{"seed": 1, "train_seconds": 300.0, "machine": "m"}]  # records that name only their machine
+    assert time_ratio(older, [{"seed": 1, "train_seconds": 100.0, "machine": "m"}]) == "3.00"
+    assert time_ratio(older, baseline) == "–"
+    oldest = [{"seed": 1, "train_seconds": 400.0}]  # records that name neither
+    assert time_ratio(oldest, [{"seed": 1, "train_seconds": 100.0}]) == "4.00"
+    assert time_ratio(oldest, baseline) == time_ratio(oldest, older) == "–"
+
+
+def test_the_runs_of_one_command_share_their_batch(experiment):
+    batches = {record["batch"] for record in records(experiment).values()}
+    assert len(batches) == 1, "one command made the fixture's runs"
+    assert batches.pop().startswith(f"{machine()} "), "the batch names this machine, then the command's start"
 
 
 def test_the_tested_checkpoint_is_the_best_validation_entity_f1(experiment):
