@@ -3,7 +3,7 @@
 CLINC150 with ``--task text_classification --criterion softmax``, through ``fairseq-train``.
 
 Both runs use the same data, sizes (layers, width, feed-forward, heads), batches and updates, in the
-same session; the table gives sentences per second of training (fairseq's ``bsz × ups`` over the run,
+same command; the table gives sentences per second of training (fairseq's ``bsz × ups`` over the run,
 validation excluded) and the ratio to RoBERTa.
 
     python benchmarks/classifier_speed.py                 # needs CLINC150 prepared by the experiment
