@@ -97,7 +97,7 @@ def device_name(device: str) -> str:
 
 def machine() -> str:
     """This machine since its last boot (Linux's boot id; elsewhere its host name), kept in an experiment's records:
-    seeds added later may run on another machine, of another speed, so their times compare only within one value."""
+    seeds added later may run on another machine, of another speed, and a run's time is read with its machine."""
     boot_id = Path("/proc/sys/kernel/random/boot_id")
     return boot_id.read_text().strip() if boot_id.exists() else platform.node()
 

@@ -31,8 +31,8 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from measure import (BIN, ROOT, add_run_selection, json_records, machine, mean_sd, paired_difference, pyplot,
-                     run)
+from measure import (BIN, ROOT, add_run_selection, json_records, machine, mean_sd, paired_difference,
+                     pyplot, run)
 from sparse_softmax.userinput import UserInputError
 
 # AS-Speed makes fewer updates than the decay, counted in updates, was sized for, so its learning rate is still
@@ -359,8 +359,8 @@ def training_times(results: dict[str, list[dict]]) -> str:
     load = max(r["load_before"] for runs in results.values() for r in runs)
     return "\n".join(["Training time (fairseq's train_wall summed over the epochs: the updates alone, whole seconds "
                       "an epoch; mean ± sd over seeds; each ratio is the mean, over the seeds on which one command "
-                      "ran both methods, of the ratio on a seed; the runs went one at a time, the 1-minute load average "
-                      f"before each at most {load:.2f} on {os.cpu_count()} cores):", "", *rows])
+                      "ran both methods, of the ratio on a seed; the runs went one at a time, the 1-minute load "
+                      f"average before each at most {load:.2f} on {os.cpu_count()} cores):", "", *rows])
 
 
 def plot(bench: Benchmark, results: dict[str, list[dict]], path: Path, train_sentences: int) -> None:

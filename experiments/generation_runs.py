@@ -189,9 +189,9 @@ def record(folder: Path, method: str, flags: list, seed: int, train: Callable[[P
     """One run: ``train(folder)`` (which writes ``folder/train.log`` and ``folder/checkpoints/checkpoint_last.pt``),
     then ``decode(checkpoint, decoding, folder)`` → a prediction file per decoding, scored each way. The record,
     ``result.json``, keeps the scores, what the tables need of the log (``log_summary``) and the machine it ran on,
-    and the weights are deleted; a folder with a ``result.json`` is read, not re-run (``fresh``: re-run), unless the record shows that
-    the method's ``flags`` have changed since; a run stopped while training goes on from its last checkpoint, one
-    stopped while decoding is decoded again without training again.
+    and the weights are deleted; a folder with a ``result.json`` is read, not re-run (``fresh``: re-run), unless the
+    record shows that the method's ``flags`` have changed since; a run stopped while training goes on from its last
+    checkpoint, one stopped while decoding is decoded again without training again.
 
     Returns the record with the run's ``method`` and ``seed``."""
     result_file, train_log = folder / "result.json", folder / "train.log"
