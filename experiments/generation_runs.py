@@ -16,6 +16,7 @@ import pickle
 import re
 import statistics
 import sys
+import textwrap
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -324,7 +325,6 @@ def plot(results: dict[str, list[dict]], way: str, decodings: list[str], scoring
                         alpha=0.7, label=method if i == 0 else None)
     curves.set(title="valid softmax cross-entropy (base 2)", xlabel="update")
     curves.grid(alpha=0.3)
-    curves.legend()
     width = 0.8 / len(results)
     for index, (method, runs) in enumerate(results.items()):
         values = [[r["scores"][d][way][scoring.read[0]] for r in runs] for d in decodings]
@@ -332,11 +332,12 @@ def plot(results: dict[str, list[dict]], way: str, decodings: list[str], scoring
                  yerr=[statistics.stdev(v) if len(v) > 1 else 0 for v in values], capsize=3, label=method,
                  color=f"C{index}")
     bars.set_xticks([x + width * (len(results) - 1) / 2 for x in range(len(decodings))], decodings)
-    bars.set(title=f"test {scoring.read[0]}, {scoring.ways[way]}: mean ± sd over seeds")
+    bars.set_title(textwrap.fill(f"test {scoring.read[0]}, {scoring.ways[way]}: mean ± sd over seeds", 70))
     bars.grid(alpha=0.3, axis="y")
-    bars.legend(fontsize=8)
+    # one legend for both panels (a method has the same colour in each), beside the bars rather than over them
+    bars.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
 
 
 def against(baseline: str, methods) -> list[tuple[str, str]]:
