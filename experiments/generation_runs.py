@@ -319,10 +319,9 @@ def plot(results: dict[str, list[dict]], way: str, decodings: list[str], scoring
     """The valid curves of every run, and the first score ``scoring`` reads (scored ``way``) per method and decoding,
     mean ± sd over seeds."""
     fig, (curves, bars) = pyplot().subplots(1, 2, figsize=(15, 4.5))
-    for index, (method, runs) in enumerate(results.items()):
-        for i, r in enumerate(runs):
-            curves.plot([v["update"] for v in r["valid"]], [v["nll"] for v in r["valid"]], color=f"C{index}",
-                        alpha=0.7, label=method if i == 0 else None)
+    for index, runs in enumerate(results.values()):
+        for r in runs:
+            curves.plot([v["update"] for v in r["valid"]], [v["nll"] for v in r["valid"]], color=f"C{index}", alpha=0.7)
     curves.set(title="valid softmax cross-entropy (base 2)", xlabel="update")
     curves.grid(alpha=0.3)
     width = 0.8 / len(results)
