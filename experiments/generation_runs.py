@@ -318,7 +318,7 @@ def training_table(results: dict[str, list[dict]]) -> str:
 def plot(results: dict[str, list[dict]], way: str, decodings: list[str], scoring: Scoring, path: Path) -> None:
     """The valid curves of every run, and the first score ``scoring`` reads (scored ``way``) per method and decoding,
     mean ± sd over seeds."""
-    fig, (curves, bars) = pyplot().subplots(1, 2, figsize=(15, 4.5))
+    fig, (curves, bars) = pyplot().subplots(1, 2, figsize=(15, 4.5), layout="constrained")
     for index, runs in enumerate(results.values()):
         for r in runs:
             curves.plot([v["update"] for v in r["valid"]], [v["nll"] for v in r["valid"]], color=f"C{index}", alpha=0.7)
@@ -330,13 +330,14 @@ def plot(results: dict[str, list[dict]], way: str, decodings: list[str], scoring
         bars.bar([x + index * width for x in range(len(decodings))], [statistics.mean(v) for v in values], width,
                  yerr=[statistics.stdev(v) if len(v) > 1 else 0 for v in values], capsize=3, label=method,
                  color=f"C{index}")
-    bars.set_xticks([x + width * (len(results) - 1) / 2 for x in range(len(decodings))], decodings)
-    bars.set_title(textwrap.fill(f"test {scoring.read[0]}, {scoring.ways[way]}: mean ± sd over seeds", 70))
+    bars.set_xticks([x + width * (len(results) - 1) / 2 for x in range(len(decodings))],
+                    [textwrap.fill(d, 14) for d in decodings])
+    bars.set_title(textwrap.fill(f"test {scoring.read[0]}, {scoring.ways[way]}: mean ± sd over seeds", 60,
+                                 break_on_hyphens=False))
     bars.grid(alpha=0.3, axis="y")
-    # one legend for both panels (a method has the same colour in each), beside the bars rather than over them
-    bars.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    # one legend for both panels (a method has the same colour in each), beside them rather than over the bars
+    fig.legend(*bars.get_legend_handles_labels(), loc="outside right upper", fontsize=8)
+    fig.savefig(path, dpi=100)
 
 
 def against(baseline: str, methods) -> list[tuple[str, str]]:
