@@ -24,14 +24,15 @@ reference ``UNK``, as in UniLM's evaluation. Hypotheses are the model's WordPiec
 rouge-score keeps only letters and digits of each token, so BERT's split punctuation (``u . s .``) and the data's
 (``u.s.``) score alike.
 
-Scales. ``paper``: 30 epochs of batch 64 (4,453 updates), the paper's; about 2.5 s an update on 2 CPU cores, so
-over 3 hours a run. ``cpu``: 1,200 updates (8 epochs), about an hour a run with its decodings. ``tiny`` checks the
-pipeline. Every run of a scale trains the same model for the same updates with the same batches per seed; the last
-checkpoint is decoded (no selection on the valid set).
+Scales. ``paper``: 30 epochs of batch 64 (4,453 updates), the paper's; many hours a run on 2 CPU cores (a stopped
+run goes on from its last checkpoint). ``cpu``: 1,200 updates (8 epochs), about a quarter of that, so that three
+seeds of several methods fit on 2 cores. ``tiny`` checks the pipeline. Every run of a scale trains the same model for
+the same updates with the same batches per seed; the last checkpoint is decoded (no selection on the valid set).
 
     python experiments/gigaword/gigaword.py --seeds 1              # the gate: seed 1 of the core comparison
     python experiments/gigaword/gigaword.py                        # seeds 1-3
-    python experiments/gigaword/gigaword.py --seeds 1 --methods cross_entropy+head as_softmax+head
+    python experiments/gigaword/gigaword.py --seeds 1 --methods cross_entropy+head as_softmax+head \
+        sparse_softmax_warmup50+head
 
 Runs go to OUT/work (default OUT: ``experiments/gigaword/<scale>``; ``tail -f`` a run's ``train.log`` there
 to follow it); a run with a ``result.json`` there is reused (``--fresh`` re-runs it), and each run's ``result.json``
@@ -189,8 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gigaword-dir", type=Path, default=DEFAULT_GIGAWORD_DIR,
                         help="harvardnlp's train/ and Giga/ folders (default: %(default)s)")
     parser.add_argument("--scale", choices=list(SCALES), default="cpu",
-                        help="cpu: 1,200 updates (about an hour a run on 2 cores); paper: 30 epochs (4,453 updates); "
-                        "tiny: checks the pipeline")
+                        help="cpu: 1,200 updates (8 epochs), for 2 CPU cores; paper: the paper's 30 epochs "
+                        "(4,453 updates); tiny: checks the pipeline")
     parser.add_argument("--valid-pairs", type=int, default=VALID_PAIRS,
                         help="the last training pairs held out as the valid split (default: %(default)s)")
     generation_runs.add_unilm_options(parser, "gigaword")
