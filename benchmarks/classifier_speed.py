@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from measure import BIN, ROOT, json_records, run
+from measure import BIN, ROOT, command_line, json_records, run
 
 SIZES = ["--encoder-layers", "2", "--encoder-embed-dim", "128", "--encoder-ffn-embed-dim", "256",
          "--encoder-attention-heads", "4"]
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
         seconds = sum(50 / float(r["ups"]) for r in inner)
         rows[name] = (sentences / seconds, time.perf_counter() - start)
     base = rows["roberta_base (shrunk)"][0]
-    lines = [f"`python benchmarks/classifier_speed.py {' '.join(argv if argv is not None else sys.argv[1:])}`".replace(" `", "`"),
+    lines = [f"`{command_line(__file__, argv)}`",
              "", "| model | train sentences/s | × roberta | whole command (s) |", "|---|---:|---:|---:|"]
     lines += [f"| {name} | {rate:.0f} | {rate / base:.2f} | {total:.0f} |" for name, (rate, total) in rows.items()]
     text = "\n".join(lines)

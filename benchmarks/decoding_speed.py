@@ -37,7 +37,7 @@ import torch
 from fairseq import checkpoint_utils, options, tasks, utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-from measure import ROOT, pyplot
+from measure import ROOT, command_line, pyplot
 
 
 def configurations(topk: int) -> dict[str, dict]:
@@ -210,10 +210,10 @@ def main() -> None:
             sys.exit(f"error: {path} does not exist; run `bash scripts/run_demo.sh` or pass --data-bin/--path")
 
     rows = measure(args)
-    command = "python benchmarks/decoding_speed.py " + " ".join(sys.argv[1:])
+    command = command_line(__file__, None)
     threads = torch.get_num_threads()
     info = f"{rows[0]['sentences']} sentences, batch {args.batch_size}, {args.device}, {threads} threads"
-    text = table(rows, command.strip()) + f"\n\n{info}; minimum of {args.repeats} interleaved runs of at least " \
+    text = table(rows, command) + f"\n\n{info}; minimum of {args.repeats} interleaved runs of at least " \
         f"{args.min_seconds:g} s each.\n"
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -96,10 +97,29 @@ def device_name(device: str) -> str:
 
 
 def machine() -> str:
-    """This machine since its last boot (Linux's boot id; elsewhere its host name), kept in an experiment's records:
-    seeds added later may run on another machine, of another speed, and a run's time is read with its machine."""
+    """This machine since its last boot and its processor, kept in an experiment's records: seeds added later may run
+    on another machine, of another speed, and a run's time is read with its machine. On Linux, the boot id, then the
+    processor's model name (with its family and model: a virtual machine's name can be as short as ``AMD EPYC``) and
+    the cores this process may use; elsewhere, the host name and ``platform.processor()``."""
     boot_id = Path("/proc/sys/kernel/random/boot_id")
-    return boot_id.read_text().strip() if boot_id.exists() else platform.node()
+    if not boot_id.exists():
+        return f"{platform.node()} ({platform.processor()}, {os.cpu_count()} cores)"
+    first_processor = Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines()
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first_processor)}
+    family = f", family {fields['cpu family']} model {fields['model']}" if "cpu family" in fields else ""
+    name = fields.get("model name", platform.machine())
+    return f"{boot_id.read_text().strip()} ({name}{family}, {len(os.sched_getaffinity(0))} cores)"
+
+
+def command_line(script: str | Path, argv: list[str] | None) -> str:
+    """The command a results file names, as it is typed in the repository's root: ``python``, the script, then
+    ``argv`` (default: this process's arguments) quoted for the shell. The script and every argument that is an
+    absolute path inside the repository are written relative to it, so that the record names the repository's
+    files, not the folders of the machine that made it."""
+    def shown(arg) -> str:
+        return str(Path(arg).relative_to(ROOT)) if Path(arg).is_relative_to(ROOT) else str(arg)
+
+    return shlex.join(["python", *map(shown, [script, *(sys.argv[1:] if argv is None else argv)])])
 
 
 def pyplot():

@@ -35,12 +35,11 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import shlex
 import statistics
 import sys
 from pathlib import Path
 
-from measure import (BIN, ROOT, device_name, grouped_bars, json_records, pyplot, run, transformer_size,
+from measure import (BIN, ROOT, command_line, device_name, grouped_bars, json_records, pyplot, run, transformer_size,
                      write_results)
 
 
@@ -186,8 +185,8 @@ def main(argv: list[str] | None = None) -> None:
     data = prepare(args.work, args.vocab, args.pairs, args.lengths)
     symbols = len((data / "dict.tgt.txt").read_text(encoding="utf-8").splitlines())
     rows = [row for model in models for row in speed_rows(data, model, args)]
-    command = "python benchmarks/train_speed.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-    lines = [f"`{command.strip()}`", "",
+    command = command_line(__file__, argv)
+    lines = [f"`{command}`", "",
              (f"{args.vocab} content words ({symbols} dictionary symbols), {args.lengths[0]}–{args.lengths[1]} "
               "source words a pair, transformer with shared embeddings, "
               f"--max-tokens {args.max_tokens}, {args.updates} updates per run, median of {args.repeats} "

@@ -31,7 +31,7 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from measure import (BIN, ROOT, add_run_selection, json_records, machine, mean_sd, paired_difference,
+from measure import (BIN, ROOT, add_run_selection, command_line, json_records, machine, mean_sd, paired_difference,
                      pyplot, run)
 from sparse_softmax.userinput import UserInputError
 
@@ -395,13 +395,12 @@ def plot(bench: Benchmark, results: dict[str, list[dict]], path: Path, train_sen
     fig.savefig(path, dpi=100)
 
 
-def write_results(bench: Benchmark, args, script: str, argv: list[str] | None, results: dict[str, list[dict]],
+def write_results(bench: Benchmark, args, script: str | Path, argv: list[str] | None, results: dict[str, list[dict]],
                   tried: dict[str, dict[str, dict]]) -> None:
     """OUT/results.md (the command and the tables), OUT/runs.json (per-run numbers) and OUT/curves.png."""
     text = table(bench, results) + (f"\n\n{selection(bench, tried)}" if tried else "")
     print(text)
-    command = f"python {script} " + " ".join(argv if argv is not None else sys.argv[1:])
-    (args.out / "results.md").write_text(f"`{command.strip()}`\n\n{text}\n", encoding="utf-8")
+    (args.out / "results.md").write_text(f"`{command_line(script, argv)}`\n\n{text}\n", encoding="utf-8")
     summary = [{"method": r["method"], "seed": r["seed"], **{k: v for k, v in r.items() if k.startswith("test_")},
                 "best_valid": best(r, bench.metric)} for runs in results.values() for r in runs]
     (args.out / "runs.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")

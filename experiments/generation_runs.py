@@ -353,7 +353,7 @@ def write(out: Path, command: str, results: dict[str, list[dict]], decodings: li
     if comparisons is None:
         comparisons = against("cross_entropy", results)
     ways = [main_way, *(way for way in scoring.ways if way != main_way)]
-    text = f"`{command.strip()}`\n\n" + "".join(
+    text = f"`{command}`\n\n" + "".join(
         f"Test {scoring.title} (%), {scoring.ways[way]}, mean ± sd over each row's seeds:\n\n"
         f"{table(results, way, decodings, scoring.names)}\n\n" for way in ways)
     label = scoring.ways[main_way]

@@ -19,7 +19,7 @@ import torch
 import qg_scratch  # experiments/qg_scratch (pyproject.toml's pytest pythonpath)
 import generation_runs
 from conftest import ROOT, run_script
-from measure import machine
+from measure import command_line, machine
 from sparse_softmax.scoring import bleu
 
 METHODS = ["cross_entropy", "as_softmax"]
@@ -147,6 +147,24 @@ def test_training_seconds_add_up_the_parts_of_a_resumed_run():
            "2026-01-01 12:01:00 | INFO | fairseq_cli.train | done training in 59.8 seconds\n")
     assert generation_runs.training_seconds(log) == 100 + 60
     assert generation_runs.training_seconds(log.split("Traceback")[0]) == 100 and generation_runs.training_seconds("") == 0
+
+
+def test_a_results_file_names_its_command_as_typed_in_the_repository():
+    """The script and the arguments that are paths inside the repository relative to it, the others as given, all
+    quoted for the shell: the command runs from the root on any machine."""
+    argv = ["--out", str(ROOT / "experiments" / "qg_scratch" / "k 2"), "--du2017-dir", "/elsewhere/du", "--seeds", "1"]
+    assert command_line(ROOT / "experiments" / "qg_scratch" / "qg_scratch.py", argv) == (
+        "python experiments/qg_scratch/qg_scratch.py --out 'experiments/qg_scratch/k 2' --du2017-dir /elsewhere/du "
+        "--seeds 1")
+
+
+@pytest.mark.skipif(not Path("/proc/sys/kernel/random/boot_id").exists(), reason="reads Linux's boot id and cpuinfo")
+def test_a_record_names_the_machine_and_its_processor():
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    cpuinfo = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines())
+    names = [value.strip() for key, value in cpuinfo.items() if key.strip() in ("model name", "cpu family")]
+    assert machine().startswith(f"{boot_id} (") and all(name in machine() for name in names), machine()
+    assert machine().endswith(f", {len(os.sched_getaffinity(0))} cores)")
 
 
 def test_a_stopped_run_goes_on_from_its_last_checkpoint_to_the_same_result(experiment, tmp_path):

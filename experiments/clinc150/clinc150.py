@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out = args.out or Path(__file__).parent / (args.hf_model_dir.resolve().name if args.hf_model_dir else "scratch")
     with exit_on_error(parser):
         results, tried = run_methods(CLINC150, args, setting["model"], prepare(args))
-    write_results(CLINC150, args, "experiments/clinc150/clinc150.py", argv, results, tried)
+    write_results(CLINC150, args, __file__, argv, results, tried)
 
 
 if __name__ == "__main__":

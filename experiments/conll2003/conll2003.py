@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out = args.out or Path(__file__).parent / args.hf_model_dir.resolve().name
     with exit_on_error(parser):
         results, tried = run_methods(CONLL2003, args, ["--arch", "hf_encoder"], prepare(args))
-    write_results(CONLL2003, args, "experiments/conll2003/conll2003.py", argv, results, tried)
+    write_results(CONLL2003, args, __file__, argv, results, tried)
 
 
 if __name__ == "__main__":

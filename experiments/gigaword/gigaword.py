@@ -50,7 +50,7 @@ from sparse_softmax.scoring.inputs import remove_bpe
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2] / part) for part in ("benchmarks", "experiments")]
 import generation_runs  # noqa: E402  (experiments/)
-from measure import ROOT, add_run_selection, run  # noqa: E402  (benchmarks/)
+from measure import ROOT, add_run_selection, command_line, run  # noqa: E402  (benchmarks/)
 
 DEFAULT_GIGAWORD_DIR = ROOT.parent / "shared" / "data" / "gigaword"
 GIGAWORD_FILES = ["train/train.article.txt", "train/train.title.txt", "Giga/input.txt", "Giga/task1_ref0.txt"]
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     data = prepare(args)
     results = generation_runs.collect(args.out, {m: METHODS[m] for m in args.methods}, args.seeds,
                                       lambda m, s: train_and_test(args, data, m, s), args.table_only)
-    command = "python experiments/gigaword/gigaword.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line(__file__, argv)
     generation_runs.write(args.out, command, results, list(DECODINGS), rouge_scoring(data["folder"] / "test.ref"),
                           "F1", data_notes(args, data), comparisons(results))
 

@@ -49,7 +49,7 @@ from sparse_softmax.scoring.inputs import remove_bpe
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2] / part) for part in ("benchmarks", "experiments")]
 import generation_runs  # noqa: E402  (experiments/)
-from measure import ROOT, add_run_selection, run  # noqa: E402  (benchmarks/)
+from measure import ROOT, add_run_selection, command_line, run  # noqa: E402  (benchmarks/)
 
 #: The four of the papers' comparison, and sparse_softmax after a softmax warm-up of 10 % and of 50 %: the checkpoint
 #: has no MLM head, so the head's transform starts fresh (the output weights are the tied embeddings) and the top 10
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     data = prepare(args)
     results = generation_runs.collect(args.out, {m: METHODS[m] for m in args.methods}, args.seeds,
                                       lambda m, s: train_and_test(args, data["bin"], m, s), args.table_only)
-    command = "python experiments/qg_minilm/qg_minilm.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line(__file__, argv)
     generation_runs.write(args.out, command, results, list(DECODINGS),
                           generation_runs.question_scoring(data["bin"] / "test.ref", data["bin"] / "test.src"),
                           "per example", data_notes(args, data))

@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2] / part) for part in ("benchmarks", "experiments")]
 import generation_runs  # noqa: E402  (experiments/)
-from measure import ROOT, add_run_selection, run, transformer_size  # noqa: E402  (benchmarks/)
+from measure import ROOT, add_run_selection, command_line, run, transformer_size  # noqa: E402  (benchmarks/)
 
 DEFAULT_DU_DIR = ROOT.parent / "shared" / "data" / "squad_qg_du2017"
 DU_FILES = ["src-dev.txt", "tgt-dev.txt", "src-test.txt", "tgt-test.txt"]
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     args.allowed = question_pieces(data, args.question_pieces)
     results = generation_runs.collect(args.out, {m: METHODS[m] for m in args.methods}, args.seeds,
                                       lambda m, s: train_and_test(args, data, m, s), args.table_only)
-    command = "python experiments/qg_scratch/qg_scratch.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line(__file__, argv)
     generation_runs.write(args.out, command, results, list(DECODINGS), scoring(args), "grouped",
                           coverage_text(data, args.allowed) + "\n")
 

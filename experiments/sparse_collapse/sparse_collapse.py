@@ -35,7 +35,7 @@ from tqdm import tqdm
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "qg_scratch")]  # the experiment it probes
 import qg_scratch  # noqa: E402  (first: it puts benchmarks/ and experiments/ on the path)
 import generation_runs  # noqa: E402  (experiments/)
-from measure import pyplot  # noqa: E402  (benchmarks/)
+from measure import command_line, pyplot  # noqa: E402  (benchmarks/)
 from sparse_softmax.diagnostics import scale_profile
 from sparse_softmax.schedules import warmup_end
 
@@ -180,10 +180,10 @@ def main(argv: list[str] | None = None) -> None:
     jobs = methods(args.k, args.warmups)
     runs = [run_and_probe(args, qg_args, data, name, flags, warmup)
             for name, (flags, warmup) in tqdm(jobs.items(), desc="runs", unit="run")]
-    command = "python experiments/sparse_collapse/sparse_collapse.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line(__file__, argv)
     (args.out / "probes.json").write_text(json.dumps(runs, indent=1), encoding="utf-8")
     (args.out / "results.md").write_text(
-        f"`{command.strip()}`\n\nThe valid split ({runs[0]['probes'][0]['rows']:,} target tokens) probed at every "
+        f"`{command}`\n\nThe valid split ({runs[0]['probes'][0]['rows']:,} target tokens) probed at every "
         f"validation of each run (seed {args.seed}, qg_scratch.py's {args.scale} scale); flat slope > 0: the "
         f"Sparse-softmax loss (k = {args.k}) is lowest for flat logits, at log2 {args.k} = {math.log2(args.k):.2f} "
         f"bits. Best scale: of {len(SCALES)} from 0 to {float(SCALES[-1]):g}.\n\n{table(runs, args.k)}\n\n"
