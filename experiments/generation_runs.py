@@ -150,6 +150,13 @@ def add_unilm_options(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--lr", type=float, help="peak learning rate instead of the scale's")
 
 
+def check_inputs(parser: argparse.ArgumentParser, option: str, folder: Path, names: list[str], expected: str) -> None:
+    """``parser``'s one-line error naming ``option``, its ``folder`` and the first of the files ``names`` that it
+    lacks, then what was ``expected``."""
+    if missing := [name for name in names if not (folder / name).is_file()]:
+        parser.error(f"{option} {folder}: no {missing[0]} (expected {expected})")
+
+
 def check_model_dir(parser: argparse.ArgumentParser, model_dir: Path) -> None:
     """``parser``'s one-line error unless ``model_dir`` is a checkpoint folder."""
     if not (model_dir / "config.json").is_file():

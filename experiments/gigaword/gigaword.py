@@ -197,10 +197,8 @@ def main(argv: list[str] | None = None) -> None:
     generation_runs.add_unilm_options(parser, "gigaword")
     add_run_selection(parser, list(METHODS), CORE)
     args = parser.parse_args(argv)
-    missing = [name for name in GIGAWORD_FILES if not (args.gigaword_dir / name).is_file()]
-    if missing:
-        parser.error(f"--gigaword-dir {args.gigaword_dir}: no {missing[0]} (expected harvardnlp's "
-                     "train/train.{article,title}.txt and Giga/{input,task1_ref0}.txt)")
+    generation_runs.check_inputs(parser, "--gigaword-dir", args.gigaword_dir, GIGAWORD_FILES,
+                                 "harvardnlp's train/train.{article,title}.txt and Giga/{input,task1_ref0}.txt")
     generation_runs.check_model_dir(parser, args.model_dir)
     args.out = args.out or Path(__file__).parent / args.scale
     data = prepare(args)

@@ -190,10 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     generation_runs.add_unilm_options(parser, "qg_minilm")
     add_run_selection(parser, list(METHODS), list(METHODS))
     args = parser.parse_args(argv)
-    missing = [name for name in SQUAD_FILES if not (args.squad_dir / name).is_file()]
-    if missing:
-        parser.error(f"--squad-dir {args.squad_dir}: no {missing[0]} (expected SQuAD v1.1's train-v1.1.json and "
-                     "dev-v1.1.json and Du et al.'s doclist-{train,dev,test}.txt)")
+    generation_runs.check_inputs(parser, "--squad-dir", args.squad_dir, SQUAD_FILES, "SQuAD v1.1's train-v1.1.json "
+                                 "and dev-v1.1.json and Du et al.'s doclist-{train,dev,test}.txt")
     generation_runs.check_model_dir(parser, args.model_dir)
     args.out = args.out or Path(__file__).parent / args.scale
     data = prepare(args)

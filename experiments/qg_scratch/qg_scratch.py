@@ -212,10 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def checked_data(parser: argparse.ArgumentParser, args) -> Path:
     """``prepare(args)``, or ``parser``'s one-line error where Du's files are missing or misaligned."""
-    missing = [name for name in DU_FILES if not (args.du2017_dir / name).is_file()]
-    if missing:
-        parser.error(f"--du2017-dir {args.du2017_dir}: no {missing[0]} "
-                     "(expected Du et al.'s src-/tgt-{dev,test}.txt)")
+    generation_runs.check_inputs(parser, "--du2017-dir", args.du2017_dir, DU_FILES,
+                                 "Du et al.'s src-/tgt-{dev,test}.txt")
     try:
         return prepare(args)
     except ValueError as err:
