@@ -56,7 +56,10 @@ def test_each_run_trains_from_its_head(run):
     assert "hf_unilm: the checkpoint MLM head transform" in adapted and str(work / "head-adapted-seed1") in adapted
     head = json.loads((work / "head-adapted-seed1" / "head_adaptation.json").read_text())
     assert head["steps"] == experiment.SCALES["tiny"]["head_steps"] and head["seed"] == 1
-    assert head["text"] == [str(run["data"] / "train.src"), str(run["data"] / "train.tgt")]
+    # the split's files, relative to the folder the harness ran in, so that a committed record names no machine's
+    assert [(Path.cwd() / path).resolve() for path in head["text"]] == [
+        (run["data"] / name).resolve() for name in ("train.src", "train.tgt")]
+    assert not any(Path(path).is_absolute() for path in [*head["text"], head["model"]])
 
 
 def test_scores_are_the_rouge_of_every_test_prediction(run):

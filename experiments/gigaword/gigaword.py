@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -116,8 +117,10 @@ def adapted_head(args, data: dict, seed: int) -> Path:
     folder = head_folder(args, seed)
     if not (folder / "model.safetensors").exists():
         folder.mkdir(parents=True, exist_ok=True)
-        run([sys.executable, ROOT / "scripts" / "adapt_mlm_head.py", args.model_dir, folder, "--text",
-             data["folder"] / "train.src", data["folder"] / "train.tgt", "--steps", SCALES[args.scale]["head_steps"],
+        relative = os.path.relpath  # the record keeps the paths it is given: the repository's, not this machine's
+        run([sys.executable, ROOT / "scripts" / "adapt_mlm_head.py", relative(args.model_dir), folder, "--text",
+             relative(data["folder"] / "train.src"), relative(data["folder"] / "train.tgt"),
+             "--steps", SCALES[args.scale]["head_steps"],
              "--valid-lines", SCALES[args.scale]["head_valid"], "--seed", seed, "--overwrite"],
             folder.with_suffix(".log"))
     return folder
