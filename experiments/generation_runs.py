@@ -239,19 +239,26 @@ def log_summary(log: str) -> dict:
 def training_seconds(log: str) -> float:
     """The seconds a run trained, from its log's time stamps: each part of the log (one ``fairseq-train``, which
     opens with its config) from its first line to its last, summed over the parts, so that the time between a
-    stopped run and its resumption does not count. (fairseq's own ``wall`` meter restarts at 0 when a run resumes
-    and stays there.)"""
-    seconds, first, last = 0.0, None, None
+    stopped run and its resumption does not count. A part that resumed from the checkpoint its predecessor saved at
+    update U trains again what that predecessor trained after saving it, so the predecessor counts up to that save
+    only. (fairseq's own ``wall`` meter restarts at 0 when a run resumes and stays there.)"""
+    parts: list[dict] = []  # each part's first and last time, its saves by update, the update it resumed from
     for line in log.splitlines():
         stamp = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \|", line)
         if stamp is None:
             continue
         when = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S")
-        if "| fairseq_cli.train | {" in line and last is not None:  # the config of a resumed part
-            seconds += (last - first).total_seconds()
-            first = None
-        first, last = first or when, when
-    return seconds + ((last - first).total_seconds() if last is not None else 0.0)
+        if not parts or "| fairseq_cli.train | {" in line:
+            parts.append({"first": when, "saved": {}, "resumed_from": None})
+        parts[-1]["last"] = when
+        if checkpoint := re.search(r"(Saved|Loaded) checkpoint .*\(epoch \d+ @ (\d+) updates", line):
+            if checkpoint.group(1) == "Saved":
+                parts[-1]["saved"][int(checkpoint.group(2))] = when
+            else:
+                parts[-1]["resumed_from"] = int(checkpoint.group(2))
+    ends = [following["resumed_from"] for following in parts[1:]] + [None]
+    return sum((part["saved"].get(end, part["last"]) - part["first"]).total_seconds()
+               for part, end in zip(parts, ends))
 
 
 def logged_criterion(log: str) -> str:

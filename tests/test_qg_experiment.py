@@ -149,6 +149,24 @@ def test_training_seconds_add_up_the_parts_of_a_resumed_run():
     assert generation_runs.training_seconds(log.split("Traceback")[0]) == 100 and generation_runs.training_seconds("") == 0
 
 
+def test_a_resumed_run_counts_what_it_trained_again_once():
+    """The second part goes on from the checkpoint the first saved at 10:01:00 (update 20): the first part's 40 s
+    after that save were trained again, so the first part counts up to the save."""
+    def saved(at: str, update: int) -> str:
+        return (f"2026-01-01 {at} | INFO | fairseq.checkpoint_utils | Saved checkpoint c/checkpoint_1_{update}.pt "
+                f"(epoch 1 @ {update} updates, score 4.0) (writing took 1.0 seconds)\n")
+
+    log = ("2026-01-01 10:00:00 | INFO | fairseq_cli.train | {'_name': None}\n" + saved("10:00:50", 10)
+           + saved("10:01:00", 20) + '2026-01-01 10:01:40 | INFO | train_inner | {"wall": "100"}\n'
+           "2026-01-01 12:00:00 | INFO | fairseq_cli.train | {'_name': None}\n"
+           "2026-01-01 12:00:10 | INFO | fairseq.trainer | Loaded checkpoint c/checkpoint_last.pt "
+           "(epoch 1 @ 20 updates)\n"
+           "2026-01-01 12:01:00 | INFO | fairseq_cli.train | done training in 59.8 seconds\n")
+    assert generation_runs.training_seconds(log) == 60 + 60
+    # resumed from a checkpoint the first part did not save: nothing tells what was trained again, so all counts
+    assert generation_runs.training_seconds(log.replace("@ 20 updates)", "@ 30 updates)")) == 100 + 60
+
+
 def test_a_results_file_names_its_command_as_typed_in_the_repository():
     """The script and the arguments that are paths inside the repository relative to it, the others as given, all
     quoted for the shell: the command runs from the root on any machine."""
