@@ -4,8 +4,9 @@ folder), and the tables and plot made from the records.
 An experiment (``qg_scratch.py``: question generation from scratch on Du et al.'s sentences;
 ``qg_minilm.py``: MiniLM fine-tuned on SQuAD passages; ``gigaword.py``: MiniLM fine-tuned on
 Gigaword-10k) gives ``record`` how to train a run, how to decode its checkpoint and how to score a decoding (its
-``Scoring``); the record is the run's ``result.json`` (scores per decoding, each way of scoring) and ``train.log``
-(its valid curve), which are committed so that seeds can be added later without re-running the others.
+``Scoring``); the record is the run's ``result.json`` (its scores per decoding and way of scoring, the valid curve
+and seconds of training read from its ``train.log``, and its machine), which is committed so that seeds can be added
+later without re-running the others.
 """
 from __future__ import annotations
 
