@@ -69,9 +69,10 @@ def transformer_size(layers: int, dim: int, heads: int, ffn: int | None = None) 
 
 
 def mean_sd(values: list[float], digits: int = 2) -> str:
-    """Mean ± sample standard deviation over seeds (± 0 for one run), as the experiment tables give them."""
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.{digits}f} ± {sd:.{digits}f}"
+    """Mean ± sample standard deviation over seeds, as the experiment tables give them; one run is its value alone,
+    since one run has no spread to show (a ``± 0.00`` would read as seeds that agree)."""
+    mean = f"{statistics.mean(values):.{digits}f}"
+    return f"{mean} ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else mean
 
 
 def paired_difference(values: dict[int, float], baseline: dict[int, float]) -> str:
