@@ -57,13 +57,18 @@ def as_mix(n: int, h: int, v: int, dtype=torch.float64, seed: int = 0, device="c
     return hidden.to(device), weight.to(device), target.to(device)
 
 
-def compare(hidden, weight, bias, target, loss, reduction, options, rtol=1e-7, atol=1e-9):
+def capped(logits, softcap):
+    """Gemma 2's final soft-cap, as its model applies it."""
+    return logits if softcap is None else torch.tanh(logits / softcap) * softcap
+
+
+def compare(hidden, weight, bias, target, loss, reduction, options, rtol=1e-7, atol=1e-9, softcap=None):
     """Run both and compare everything; returns the fused result."""
     inputs = [x.detach().clone().requires_grad_(True) for x in (hidden, weight) + ((bias,) if bias is not None else ())]
     reference = [x.detach().clone().requires_grad_(True) for x in inputs]
     got = fused_output_loss(inputs[0], inputs[1], target, loss, bias=inputs[2] if bias is not None else None,
-                            ignore_index=IGNORE, reduction=reduction, tiles=SMALL, **options)
-    want = unfused(F.linear(*reference), target, loss, reduction, options)
+                            softcap=softcap, ignore_index=IGNORE, reduction=reduction, tiles=SMALL, **options)
+    want = unfused(capped(F.linear(*reference), softcap), target, loss, reduction, options)
     for name in ("loss", "nll", "n_masked", "n_dense"):
         torch.testing.assert_close(getattr(got, name), getattr(want, name), rtol=rtol, atol=atol, msg=name)
     upstream = torch.linspace(0.5, 1.5, target.numel(), dtype=got.loss.dtype, device=target.device) if reduction == "none" else 1.3
@@ -83,6 +88,20 @@ def test_matches_the_unfused_loss_in_float64(loss, reduction, with_bias, device)
     got = compare(hidden, weight, bias, target, loss, reduction, OPTIONS[loss])
     if loss == "as_softmax":
         assert 0 < int(got.n_masked) and 0 < int(got.n_dense) < 39, "the batch mixes masked, sparse and dense rows"
+
+
+@pytest.mark.parametrize("reduction", ["sum", "none"])
+@pytest.mark.parametrize("loss", sorted(OPTIONS))
+def test_a_soft_cap_matches_the_unfused_loss_on_capped_logits(loss, reduction, device):
+    """Gemma 2's ``cap·tanh(z / cap)`` inside the fused layer: a cap of 8 bends the logits of ``as_mix`` (up to
+    about 60), so the loss differs from the uncapped one, and every result and gradient is the unfused loss's on the
+    capped logits."""
+    hidden, weight, target = as_mix(n=40, h=32, v=97, device=device)
+    bias = torch.randn(97, dtype=torch.float64).to(device)
+    got = compare(hidden, weight, bias, target, loss, reduction, OPTIONS[loss], softcap=8.0)
+    plain = fused_output_loss(hidden, weight, target, loss, bias=bias, ignore_index=IGNORE, reduction=reduction,
+                              tiles=SMALL, **OPTIONS[loss])
+    assert not torch.allclose(got.loss, plain.loss), "the cap changes the loss"
 
 
 def test_as_rows_of_each_kind_take_their_own_path_and_agree(device):
@@ -140,17 +159,18 @@ def test_tied_weights_get_both_gradients(device):
     torch.testing.assert_close(grads[0], grads[1])
 
 
+@pytest.mark.parametrize("softcap", [None, 1.5])
 @pytest.mark.parametrize("reduction", ["sum", "none"])
 @pytest.mark.parametrize("loss", sorted(OPTIONS))
-def test_gradcheck(loss, reduction, device):
+def test_gradcheck(loss, reduction, softcap, device):
     hidden, weight, target = as_mix(n=9, h=4, v=11, seed=7, device=device)
     hidden = hidden / 8  # moderate logits: every AS row kind, no kept/dropped decision on a knife's edge
     bias = torch.randn(11, dtype=torch.float64).to(device)
     options = {**OPTIONS[loss], "k": 3} if loss == "sparse_softmax" else OPTIONS[loss]
 
     def fn(h, w, b):
-        return fused_output_loss(h, w, target, loss, bias=b, ignore_index=IGNORE, reduction=reduction, tiles=SMALL,
-                                 **options).loss
+        return fused_output_loss(h, w, target, loss, bias=b, softcap=softcap, ignore_index=IGNORE,
+                                 reduction=reduction, tiles=SMALL, **options).loss
 
     inputs = tuple(x.clone().requires_grad_(True) for x in (hidden, weight, bias))
     assert torch.autograd.gradcheck(fn, inputs)
@@ -264,6 +284,9 @@ def test_half_precision_weight_gradient_is_added_by_the_product_on_cuda(loss):
     (lambda h, w, t: fused_output_loss(h, w, t, "as_softmax", label_smoothing=0.1), "no label_smoothing"),
     (lambda h, w, t: fused_output_loss(h, w, t, "cross_entropy", reduction="avg"), "reduction"),
     (lambda h, w, t: fused_output_loss(h, w, t, "cross_entropy", impl="cuda"), "impl must be one of"),
+    (lambda h, w, t: fused_output_loss(h, w, t, "cross_entropy", softcap=0.0), "softcap must be > 0 or None"),
+    (lambda h, w, t: fused_output_loss(h, w, t, "sparse_softmax", softcap=30.0, impl="triton"),
+     "no kernel computes soft-capped logits"),
     (lambda h, w, t: fused_output_loss(h, w, t, "cross_entropy", label_smoothing=0.1, impl="triton"),
      "impl='triton' cannot run here: no kernel computes cross_entropy with label_smoothing"),
 ])

@@ -61,6 +61,7 @@ class _Spec(NamedTuple):
     label_smoothing: float
     impl: str
     tiles: Tiles
+    softcap: float | None
 
 
 class _Scores(NamedTuple):
@@ -221,9 +222,9 @@ def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tenso
     scored in parts small enough to stay in cache through the loss's several passes over them.
     """
     if spec.loss == "sparse_softmax":
-        if use_triton(hidden, spec.impl, spec.k):
+        if use_triton(hidden, spec.impl, spec.k, refused=_kernels_refuse(spec)):
             return _score_sparse_rows(hidden, weight, bias, rows, target, row_weight, spec)
-    elif use_triton(hidden, spec.impl, refused=_row_kernel_refuses(spec)):
+    elif use_triton(hidden, spec.impl, refused=_kernels_refuse(spec)):
         return _score_rows_by_row_kernel(hidden, weight, bias, rows, target, row_weight, spec)
     n, v = rows.numel(), weight.shape[0]
     dtype = compute_dtype(hidden)
@@ -233,7 +234,12 @@ def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tenso
     dense = torch.zeros_like(masked)
     grads = None if row_weight is None else _Gradients(hidden, weight, bias, dtype)
     part_rows = spec.tiles.rows(hidden.device, v, fused=False)
+    slopes = None  # with a soft-cap and gradients: each block's dz_capped / dz, which the scoring overwrites
     for block, ids, h, z in _logit_blocks(hidden, weight, bias, rows, dtype, spec.tiles):
+        if spec.softcap is not None:
+            if grads is not None and slopes is None:
+                slopes = torch.empty_like(z)
+            slope = _soft_cap(z, spec.softcap, None if grads is None else slopes[: z.shape[0]])
         product_rows, entries = [], []
         for first in range(0, ids.numel(), part_rows):
             local = slice(first, first + part_rows)
@@ -245,8 +251,30 @@ def _score_rows(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tenso
             if part.entries is not None:
                 entries.append((part.entries[0] + first, *part.entries[1:]))
         if grads is not None:
+            if spec.softcap is not None:
+                _through_soft_cap(z, slope, product_rows, entries)
             grads.block(ids, h, z, product_rows, entries)
     return _scores(loss, nll, masked, dense, grads)
+
+
+def _soft_cap(z: Tensor, cap: float, slope: Tensor | None) -> Tensor | None:
+    """Caps the logits ``z`` in place, ``cap·tanh(z / cap)`` (Gemma 2's final soft-cap), and writes the cap's
+    derivative ``1 − tanh²(z / cap)`` into ``slope`` (same shape), if given."""
+    z.div_(cap).tanh_()
+    if slope is not None:
+        torch.mul(z, z, out=slope).neg_().add_(1)
+    z.mul_(cap)
+    return slope
+
+
+def _through_soft_cap(grad: Tensor, slope: Tensor, product_rows: list[Tensor],
+                      entries: list[tuple[Tensor, Tensor, Tensor]]) -> None:
+    """A block's gradient w.r.t. the capped logits made the gradient w.r.t. the layer's logits, where it is
+    used: the rows that take the dense products (``grad``) and the single entries (their values)."""
+    for rows in product_rows:
+        grad[rows] *= slope[rows]
+    for rows, classes, values in entries:
+        values.mul_(slope[rows, classes])
 
 
 def _logit_blocks(hidden: Tensor, weight: Tensor, bias: Tensor | None, rows: Tensor, dtype: torch.dtype,
@@ -300,9 +328,11 @@ def sparse_pairs_by_blocks(hidden: Tensor, weight: Tensor, bias: Tensor | None, 
     return scored
 
 
-def _row_kernel_refuses(spec: _Spec) -> str | None:
-    """Why the AS row kernel cannot score this loss, or None: it scores as_softmax, and cross_entropy without
-    label smoothing, which is AS-Softmax with δ = 1 (no class is ever dropped)."""
+def _kernels_refuse(spec: _Spec) -> str | None:
+    """Why the kernels cannot compute this loss, or None. The AS row kernel scores as_softmax, and cross_entropy
+    without label smoothing, which is AS-Softmax with δ = 1 (no class is ever dropped); no kernel caps logits."""
+    if spec.softcap is not None:
+        return "no kernel computes soft-capped logits"
     if spec.loss == "cross_entropy" and spec.label_smoothing:
         return "no kernel computes cross_entropy with label_smoothing"
     return None
@@ -412,16 +442,17 @@ def fused_output_loss(
     delta: float = 0.3,
     label_smoothing: float = 0.0,
     bias: Tensor | None = None,
+    softcap: float | None = None,
     ignore_index: int | None = None,
     reduction: str = "sum",
     impl: str = "auto",
     tiles: Tiles = Tiles(),
 ) -> LossResult:
-    """``loss`` of the logits ``F.linear(hidden, weight, bias)`` without ever forming them (see the module).
+    """``loss`` of the logits ``z = F.linear(hidden, weight, bias)`` without ever forming them (see the module).
 
-    The result matches the unfused loss on ``F.linear(hidden, weight, bias)``: the loss, the plain nll, the masked
-    and dense row counts; gradients reach hidden, weight and bias in their own dtypes, computed in float32 for half
-    inputs (float64 in float64).
+    The result matches the unfused loss on ``z`` (on ``softcap·tanh(z / softcap)`` with a soft-cap): the loss, the
+    plain nll, the masked and dense row counts; gradients reach hidden, weight and bias in their own dtypes, computed
+    in float32 for half inputs (float64 in float64).
 
     Args:
         hidden: (N, H) the features the output layer reads.
@@ -430,6 +461,8 @@ def fused_output_loss(
         loss: "cross_entropy" (label-smoothed as ``softmax_loss``), "sparse_softmax" (``k``, ``label_smoothing`` as
             ``sparse_softmax_loss``) or "as_softmax" (``delta``, no label smoothing).
         bias: (V,) or None.
+        softcap: the logits' final soft-cap (Gemma 2's ``final_logit_softcapping``), > 0, or None. Sparse-softmax's
+            top k is the same set before and after it: the cap keeps the logits' order.
         reduction: "sum", "mean" (over counted rows) or "none".
         impl: "auto", "torch" or "triton" (``dispatch.use_triton``). On a GPU, sparse_softmax's blocks are scored
             by its row kernel and its backward by the layer's kernels; as_softmax and cross_entropy without label
@@ -451,11 +484,14 @@ def fused_output_loss(
         if label_smoothing:
             raise ValueError("as_softmax takes no label_smoothing")
     check_range("label_smoothing", label_smoothing, 0.0, 1.0)
+    if softcap is not None and not softcap > 0:
+        raise ValueError(f"softcap must be > 0 or None, got {softcap!r}")
     check_impl(impl)
     prepared = prepare_targets(target, hidden.shape[0], v, ignore_index, f"hidden {tuple(hidden.shape)}")
     rows = prepared.valid.nonzero().squeeze(1)
     row_weight = row_weights(prepared.valid, reduction, compute_dtype(hidden)).index_select(0, rows)
-    spec = _Spec(loss, int(k), float(delta), float(label_smoothing), impl, tiles)
+    spec = _Spec(loss, int(k), float(delta), float(label_smoothing), impl, tiles,
+                 None if softcap is None else float(softcap))
     target = prepared.target.index_select(0, rows)
     out, nll, masked, dense = _FusedOutputLayer.apply(hidden, weight, bias, rows, target, row_weight, spec,
                                                       reduction == "none")
