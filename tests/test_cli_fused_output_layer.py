@@ -73,3 +73,14 @@ def test_refused_for_a_decoder_with_its_own_output_layer(toy_data, tmp_path):
         "output_projection; CosineTransformerDecoder computes its logits in its own output_layer (e.g. cosine "
         "logits for am_softmax)")
     assert not list(tmp_path.iterdir()), "found in the first step, yet no crash.pt: a usage error is no crash"
+
+
+def test_refused_with_fairseqs_sharded_backend(toy_data, tmp_path):
+    proc = run_cli("fairseq-train", toy_data, *TRAIN_COMMON, *MODEL, "--criterion", "sparse_softmax",
+                   "--fused-output-layer", "--ddp-backend", "fully_sharded", "--max-update", "2", "--save-dir",
+                   tmp_path / "run", check=False)
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+        "fairseq-train: error: --fused-output-layer trains with --ddp-backend c10d, legacy_ddp or no_c10d, not "
+        "fully_sharded (fairscale's sharding, which it is not tested under): the Hugging Face FusedTrainerLoss trains "
+        "sharded, under FSDP2 or ZeRO-3")
+    assert not (tmp_path / "run").exists()

@@ -137,6 +137,7 @@ def _usage_error_exits(main, batch_size_required: bool):
         try:
             if batch_size_required:
                 _check_batch_size(cfg)
+                _check_fused_sharding(cfg)
             return main(cfg, *args, **kwargs)
         except UsageError as err:
             report_error(str(err))
@@ -234,6 +235,17 @@ def _destroy_process_groups() -> None:
     with contextlib.suppress(AttributeError):
         del distributed_utils.get_global_group._global_group
     gc.collect()
+
+
+def _check_fused_sharding(cfg) -> None:
+    """fairseq shards a model with fairscale's FullyShardedDataParallel, which this install does not have and the
+    fused output layer is not tested under: refuse the pair before fairseq wraps the model, not with its traceback."""
+    distributed, criterion = getattr(cfg, "distributed_training", None), getattr(cfg, "criterion", None)
+    if (getattr(distributed, "ddp_backend", None) == "fully_sharded"
+            and getattr(criterion, "fused_output_layer", False)):
+        raise UsageError("--fused-output-layer trains with --ddp-backend c10d, legacy_ddp or no_c10d, not "
+                         "fully_sharded (fairscale's sharding, which it is not tested under): the "
+                         "Hugging Face FusedTrainerLoss trains sharded, under FSDP2 or ZeRO-3")
 
 
 def _cli_modules():
