@@ -4,7 +4,8 @@ CPU); each mode writes what the test compares into OUT.
 ``fully_shard OUT``: FSDP2 by hand, the output layer in the root unit, as a unit of its own (resharded after its
 forward, or kept), and tied to the embeddings in one unit with them. Each rank scores its half of a batch with the
 fused loss; rank 0 writes, per case and loss, the largest difference of the loss and of every parameter's gradient
-from the unfused ``TrainerLoss`` on the whole batch in one process, and the warnings torch gave (``fully_shard.json``).
+from the unfused ``TrainerLoss`` on the whole batch in one process, and the warnings torch gave; and what the fused
+loss says of an output layer split by tensor parallelism (``fully_shard.json``).
 
 ``trainer ENGINE LOSS STEPS OUT [--unfused]``: ``STEPS`` updates of 4 rows with the fused ``LOSS`` (with
 ``--unfused``: ``TrainerLoss``) through ``transformers.Trainer``, on one process (ENGINE "none") or two: "ddp",
@@ -82,10 +83,26 @@ def fully_shard_cases(out: str) -> None:
                     for (key, p), q in zip(model.named_parameters(), reference.parameters())}
             report[f"{placement}/{name}"] = {"loss": float((total - want.detach()).abs()), "gradients": gaps,
                                              "warnings": sorted({str(w.message).split(".")[0] for w in caught})}
+    report["tensor-parallel"] = _tensor_parallel_refusal(mesh, ids[mine], labels[mine], items)
     if rank == 0:
         with open(os.path.join(out, "fully_shard.json"), "w") as f:
             json.dump(report, f, indent=1)
     dist.destroy_process_group()
+
+
+def _tensor_parallel_refusal(mesh, ids, labels, items) -> str:
+    """What the fused loss says of an output layer split by tensor parallelism (its weight a DTensor inside its own
+    forward too)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    model = _llama(tied=False)
+    loss = FusedTrainerLoss(model, "sparse_softmax", k=20)
+    parallelize_module(model.lm_head, mesh, ColwiseParallel())
+    try:
+        loss(model(input_ids=ids), labels, items)
+    except ValueError as refused:
+        return str(refused)
+    return "not refused"
 
 
 def trainer_run(engine: str, name: str, steps: int, out: str, unfused: bool) -> None:

@@ -38,10 +38,14 @@ def _run(tmp_path, *args, processes: int = 2) -> None:
 
 def test_fully_shard_wherever_the_output_layer_is_equals_one_process(tmp_path):
     """The loss and every parameter's gradient of two FSDP2 ranks (each scoring half the batch) are the unfused loss's
-    on the whole batch in one process, and torch warns of nothing (a view returned by a unit, a mixed DTensor)."""
+    on the whole batch in one process, and torch warns of nothing (a view returned by a unit, a mixed DTensor); an
+    output layer split by tensor parallelism is refused in one line."""
     skip_in_fast_tier("torchrun")
     _run(tmp_path, "fully_shard", tmp_path)
     report = json.loads((tmp_path / "fully_shard.json").read_text())
+    assert report.pop("tensor-parallel") == (
+        "the output layer's weight is a DTensor inside its forward (sharded by tensor parallelism, not FSDP): the "
+        "fused output layer needs the whole weight; use TrainerLoss")
     assert sorted(report) == sorted(f"{p}/{n}" for p in ("root", "own", "own-kept", "tied") for n in LOSSES)
     for case, result in report.items():
         assert result["loss"] <= 1e-5, case

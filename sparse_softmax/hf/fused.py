@@ -43,8 +43,8 @@ from .loss import AS_LOSSES, TrainerLoss
 
 DECODERS = ("bert", "cohere", "cohere2", "falcon", "gemma", "gemma2", "gemma3_text", "gpt2", "gpt_neox", "granite",
             "llama", "mistral", "olmo", "olmo2", "olmo3", "opt", "phi", "phi3", "qwen2", "qwen3", "starcoder2")
-#: model_type → kind: the architectures whose logits are the output layer's, or that ``TRANSFORMS``. "bert" is BERT as
-#: a decoder (``BertLMHeadModel``, ``is_decoder``: its prediction head's transform comes before the output layer);
+#: model_type → kind: the architectures whose logits are the output layer's, or its as ``TRANSFORMS`` says. "bert" is
+#: BERT as a decoder (``BertLMHeadModel``, ``is_decoder``: its prediction head's transform comes before the output layer);
 #: "encoder-decoder" is ``EncoderDecoderModel`` (BERT2BERT) over such a decoder.
 SUPPORTED = {**dict.fromkeys(DECODERS, "decoder"),
              **dict.fromkeys(("bart", "encoder-decoder", "marian", "mbart", "pegasus", "t5"), "encoder-decoder")}
@@ -141,7 +141,7 @@ class FusedTrainerLoss(TrainerLoss):
             return fused_output_loss(hidden, weight, target, FUSED_LOSSES[name], bias=bias, softcap=softcap,
                                      ignore_index=self.ignore_index, reduction="sum", **options)
 
-        out = self.layer(logits, scoring)
+        out = self.layer(logits, scoring=scoring)  # by keyword: a tensor-parallel input hook passes on one positional
         return self._recorded(name, options, target, out if name in AS_LOSSES else out.loss)
 
     def _terms(self) -> tuple[float, Tensor | None, float | None]:
