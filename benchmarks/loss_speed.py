@@ -4,8 +4,8 @@
 Times are the minimum over ``--repeats`` runs, the three losses interleaved within each repeat so
 that machine noise hits them alike; ratios are against cross-entropy measured in the same run.
 Peak memory is what one forward+backward allocates beyond the logits, in units of one N×V float32
-buffer: on CUDA from the allocator's peak counter, on CPU by tracking every tensor storage the ops
-create (``PeakTensorMemory``). The logits are a leaf here, so each row includes the ``.grad`` buffer
+buffer: on CUDA from the allocator's peak counter, on CPU from the allocations the profiler records
+(``measure.peak_extra_bytes``). The logits are a leaf here, so each row includes the ``.grad`` buffer
 autograd accumulates into.
 
     python benchmarks/loss_speed.py                     # both default cases, table + PNG

@@ -18,13 +18,11 @@ import statistics
 import subprocess
 import sys
 import time
-import weakref
 from pathlib import Path
 from typing import Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.profiler._memory_profiler import Action
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -221,38 +219,10 @@ def best_times(steps: dict[str, Callable[[], None]], repeats: int, device: str) 
     return best
 
 
-def _storages(tree) -> dict[int, torch.UntypedStorage]:
-    return {t.untyped_storage().data_ptr(): t.untyped_storage() for t in tree_flatten(tree)[0]
-            if isinstance(t, torch.Tensor)}
-
-
-class PeakTensorMemory(TorchDispatchMode):
-    """Peak bytes of tensor storage created while active (forward and backward ops alike).
-
-    Exact for tensors, unlike the process RSS, which allocator arenas and library pages dominate. An
-    op's output that shares an input's storage (a view such as ``weight.t()``, an in-place or ``out=``
-    result) allocates nothing and is not counted.
-    """
-
-    def __init__(self):
-        super().__init__()
-        self.live: dict[int, int] = {}
-        self.peak = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        inputs = _storages((args, kwargs))
-        for key, storage in _storages(out).items():
-            if key and key not in self.live and key not in inputs:
-                self.live[key] = storage.nbytes()
-                weakref.finalize(storage, self.live.pop, key, None)
-        self.peak = max(self.peak, sum(self.live.values()))
-        return out
-
-
 def peak_extra_bytes(step: Callable[[], None], device: str) -> int:
-    """Bytes ``step`` allocates beyond what exists before it, at its peak (tensors that outlive the step,
-    such as ``.grad`` buffers, included)."""
+    """Bytes ``step`` adds at its peak to what is allocated before it (what it frees, such as the ``.grad`` buffers
+    ``zero_grad`` drops, makes room first; what outlives it counts). On CUDA from the allocator's counters; on the
+    CPU from the profiler's record of the allocator (``_cpu_peak_bytes``)."""
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -260,6 +230,21 @@ def peak_extra_bytes(step: Callable[[], None], device: str) -> int:
         step()
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
-    with PeakTensorMemory() as tracker:
-        step()
-    return tracker.peak
+    return _cpu_peak_bytes(step)
+
+
+def _cpu_peak_bytes(step: Callable[[], None]) -> int:
+    """The CPU's ``peak_extra_bytes``, from the allocations and frees of the CPU allocator as the profiler records
+    them (its memory timeline). ``step`` runs twice: the allocator knows the size of a buffer only if it was made
+    under the profiler, so the first run makes what the second frees (the last step's gradients) known. Watching
+    the ops from a Python dispatch mode instead would change what autograd does: its tensors' Python objects keep it
+    from summing a gradient into its buffer in place or handing it to ``.grad`` as it is."""
+    for _ in range(2):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True,
+                                    record_shapes=True, with_stack=True) as profile:  # what the timeline needs
+            step()
+    live = peak = 0
+    for _, action, _, size in profile._memory_profile().timeline:
+        live += size if action == Action.CREATE else -size if action == Action.DESTROY else 0
+        peak = max(peak, live)
+    return peak
