@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,16 +22,16 @@ from conftest import ROOT, skip_in_fast_tier  # noqa: E402
 LOSSES = ("softmax", "sparse_softmax", "as_softmax")
 
 
-def _run(tmp_path, *args, processes: int = 2) -> None:
+def _run(tmp_path, *args, processes: int = 2, python=sys.executable) -> None:
     """``tests/fused_sharded.py ARGS`` on ``processes`` processes (torchrun) or one (plain Python)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]), "OMP_NUM_THREADS": "1"}
     script = ROOT / "tests" / "fused_sharded.py"
-    command = [sys.executable, script, *map(str, args)]
+    command = [python, script, *map(str, args)]
     if processes > 1:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+        command = [python, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
                    "--master_port", str(port), script, *map(str, args)]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -61,15 +62,29 @@ def one_process(tmp_path_factory):
     return torch.load(out / "none-sparse_softmax.pt")
 
 
-@pytest.mark.parametrize("engine", ["ddp", "fsdp2", "zero3"])
+def _with_deepspeed(folder) -> str:
+    """A Python whose environment is the project's plus DeepSpeed (``requirements/deepspeed.txt``, which says why it
+    is kept apart)."""
+    venv = folder / "venv"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    site, ours = (subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+                  for python in (venv / "bin" / "python", sys.executable))
+    (Path(site) / "project.pth").write_text(ours + "\n")  # the project's packages, seen from the new environment
+    proc = subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", "-r",
+                           ROOT / "requirements" / "deepspeed.txt"], capture_output=True, text=True, cwd=folder)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return str(venv / "bin" / "python")
+
+
+@pytest.mark.parametrize("engine", ["ddp", "fsdp2", pytest.param("zero3", marks=pytest.mark.slow)])
 def test_two_processes_make_the_updates_of_one_under_each_engine(engine, one_process, tmp_path):
     """Three updates of 4 rows, as 2 + 2 rows on two processes, end with the weights and logged losses of one process
-    (the loss of each process divided by the items of the whole batch, as the Trainer expects). Under ZeRO-3 every
-    parameter is partitioned outside its module's forward."""
+    (the loss of each process divided by the items of the whole batch, as the Trainer expects). Under ZeRO-3 (slow:
+    it installs DeepSpeed) every parameter is partitioned outside its module's forward."""
     skip_in_fast_tier("torchrun")
-    if engine == "zero3":
-        pytest.importorskip("deepspeed")
-    _run(tmp_path, "trainer", engine, "sparse_softmax", 3, tmp_path)
+    python = _with_deepspeed(tmp_path) if engine == "zero3" else sys.executable
+    _run(tmp_path, "trainer", engine, "sparse_softmax", 3, tmp_path, python=python)
     two = torch.load(tmp_path / f"{engine}-sparse_softmax.pt")
     assert two["weights"].keys() == one_process["weights"].keys()
     for key, value in one_process["weights"].items():
