@@ -9,9 +9,9 @@ How it reaches the weight decides where it works. The Trainer runs the model wit
 the model's forward, when a sharding engine has put the output layer's weight away again (FSDP reshards a unit after
 its forward, DeepSpeed ZeRO-3 partitions it). So the loss is computed *inside the output layer's forward*: the model's
 own call of the layer passes its input through, and the loss then calls the layer a second time with the labels.
-Every engine makes a module's weight whole for its forward and sends the gradients of that forward to its reduction
-(FSDP1 and FSDP2 by module hooks, whether the layer is a unit of its own or inside the root; DDP through the graph),
-so one path is exact under each, with no code for any of them; the price, with the layer a sharded unit of its own,
+The engines make a module's weight whole for its forward and send the gradients of that forward to their reduction
+(FSDP2 and DeepSpeed ZeRO-3 by module hooks, whether the layer is a unit of its own or inside the root; DDP through
+the graph), so one path is exact under each, with no code for any of them; the price, with the layer a sharded unit of its own,
 is one more gather of its weight for the second call. A weight still sharded inside the layer's forward (tensor
 parallelism) is refused in one line.
 
@@ -200,7 +200,8 @@ def _trained_linear(layer: nn.Module, model_type: str) -> nn.Linear:
         linear = layer.modules_to_save[layer.active_adapters[0]]
     else:
         linear = layer
-    if not isinstance(linear, nn.Linear) or type(linear).forward is not nn.Linear.forward:  # FSDP2's FSDPLinear is
+    # a subclass that keeps nn.Linear's forward (FSDP2's FSDPLinear) computes the same logits
+    if not isinstance(linear, nn.Linear) or type(linear).forward is not nn.Linear.forward:
         raise ValueError(f"{model_type}'s output layer is a {type(linear).__name__}, not an nn.Linear")
     return linear
 
